@@ -1,0 +1,276 @@
+"""Grade every downloaded submission with the real nbgrader, each in its own sandboxed course.
+
+    python -m grader.kit.autograde SUBMISSIONS [--report DIR] [--jobs N]
+
+SUBMISSIONS holds `<student_id>.ipynb` files as students download them. For each one the
+grader normalises the notebook against the release (`normalize.py`), copies the grading
+course (`build/grading-course`: config, source, gradebook) into a fresh working directory,
+and runs nbgrader's own `autograde` and `generate_feedback` there, in a forked process, with
+the kernel inside bubblewrap (`sandbox.py`). Nothing a submission does reaches the template
+course, the report, the repository or another submission; a kernel that dies, hangs or
+floods becomes a row with its status, never a crash and never a stale grade.
+
+Writes REPORT/grades.csv (one row per student, merged with rows already there for students
+not in this batch) and REPORT/feedback/<student_id>.html (hidden tests never shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from . import report
+from .build import GRADING_COURSE
+from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
+from .normalize import Ungradable, normalize_submission
+
+SANDBOX_SCRIPT = Path(__file__).with_name("sandbox.py")
+KERNEL_NAME = "ch34-sandbox"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one submission may spend."""
+
+    cell_timeout_s: int = 60
+    notebook_timeout_s: int = 240
+    memory_bytes: int = 6 << 30  # address space of the kernel; torch alone maps about 1.5 GiB
+    output_lines: int = 200
+
+
+@dataclass
+class Outcome:
+    """The grade of one submission, as it goes into grades.csv."""
+
+    student_id: str
+    status: str
+    reason: str = ""
+    scores: dict = field(default_factory=dict)  # grade_id -> (score, max_score)
+    repairs: list = field(default_factory=list)
+    seconds: float = 0.0
+    feedback: str = ""  # nbgrader's feedback HTML, while it is still in the working copy
+
+
+def sandbox_available() -> bool:
+    """True when bubblewrap can create the namespaces the kernel sandbox needs."""
+    if shutil.which("bwrap") is None:
+        return False
+    probe = os.system("bwrap --ro-bind / / --unshare-pid --unshare-net --die-with-parent true >/dev/null 2>&1")
+    return probe == 0
+
+
+def grade_all(submissions: list[Path], report_dir: Path, *, course: Path, jobs: int,
+              limits: Limits = Limits(), sandbox: bool = True, progress=sys.stderr) -> list[Outcome]:
+    """Grade `submissions` (paths to .ipynb files) into `report_dir`; return one outcome each, sorted by id."""
+    course = course.resolve()
+    if not (course / "gradebook.db").exists():
+        raise SystemExit(f"no grading course at {course}: run `make notebooks` first")
+    release = nbformat.read(course / "release" / ASSIGNMENT / NOTEBOOK_NAME, as_version=4)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "feedback").mkdir(exist_ok=True)
+    work_root = Path(tempfile.mkdtemp(prefix="ch34-grading-"))
+    hide = [REPO_ROOT, report_dir.resolve()] + sorted({p.resolve().parent for p in submissions})
+    outcomes, running, queue = [], {}, list(enumerate(submissions))
+    start = time.monotonic()
+    context = multiprocessing.get_context("fork")
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                index, path = queue.pop(0)
+                student_id = path.stem
+                workdir = work_root / f"{index:04d}"
+                outcome = prepare(path, student_id, release, course, workdir)
+                if outcome is not None:  # could not even be normalised: no kernel needed
+                    outcomes.append(finish(outcome, workdir, report_dir, start, len(submissions), outcomes, progress))
+                    continue
+                proc = context.Process(target=grade_in_child, args=(workdir, student_id, limits, sandbox, hide))
+                proc.start()
+                running[proc] = (student_id, workdir, time.monotonic())
+            time.sleep(0.05)
+            for proc, (student_id, workdir, began) in list(running.items()):
+                overdue = time.monotonic() - began > limits.notebook_timeout_s
+                if proc.is_alive() and not overdue:
+                    continue
+                if proc.is_alive():
+                    kill_tree(proc.pid)
+                proc.join()
+                del running[proc]
+                outcome = collect(workdir, student_id, proc.exitcode, overdue, limits)
+                outcome.seconds = time.monotonic() - began
+                outcomes.append(finish(outcome, workdir, report_dir, start, len(submissions), outcomes, progress))
+    finally:
+        for proc in running:
+            kill_tree(proc.pid)
+        shutil.rmtree(work_root, ignore_errors=True)
+    outcomes.sort(key=lambda o: o.student_id)
+    report.write_grades(report_dir / "grades.csv", outcomes, report.grade_columns(release))
+    return outcomes
+
+
+def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -> Outcome | None:
+    """Normalise one submission into its own copy of the course; an Outcome if it cannot be graded."""
+    workdir.mkdir(parents=True)
+    try:
+        normalized = normalize_submission(path.read_bytes(), release)
+    except Ungradable as error:
+        return Outcome(student_id, error.status, error.reason)
+    except OSError as error:
+        return Outcome(student_id, "unreadable", f"could not read the file: {error.strerror}")
+    target = workdir / "course"
+    shutil.copytree(course, target, ignore=shutil.ignore_patterns("release", "autograded", "feedback", "submitted"))
+    submitted = target / "submitted" / student_id / ASSIGNMENT
+    submitted.mkdir(parents=True)
+    nbformat.write(normalized.notebook, submitted / NOTEBOOK_NAME)
+    (workdir / "repairs.json").write_text(json.dumps(normalized.repairs, ensure_ascii=False))
+    return None
+
+
+def grade_in_child(workdir: Path, student_id: str, limits: Limits, sandbox: bool, hide: list[Path]) -> None:
+    """Forked per submission: run nbgrader autograde + feedback in `workdir/course`, write result.json."""
+    os.setpgrp()  # so the parent can kill this process and everything it started at once
+    warnings.simplefilter("ignore")  # nbgrader's SQLAlchemy warnings are not the instructor's business
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes * 2, limits.memory_bytes * 2))
+    for name in ("scratch", "runtime", "kernels/" + KERNEL_NAME):
+        (workdir / name).mkdir(parents=True, exist_ok=True)
+    (workdir / "kernels" / KERNEL_NAME / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(SANDBOX_SCRIPT), "{connection_file}"],
+        "display_name": "Python 3 (ch34 sandbox)", "language": "python",
+    }))
+    keep = [Path(sys.prefix).resolve()] if any(Path(sys.prefix).resolve().is_relative_to(h) for h in hide) else []
+    os.environ.update(
+        JUPYTER_PATH=str(workdir), JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
+        CH34_SANDBOX_SCRATCH=str(workdir / "scratch"),
+        CH34_SANDBOX_HIDE=os.pathsep.join(map(str, hide + [workdir / "course"])),
+        CH34_SANDBOX_KEEP=os.pathsep.join(map(str, keep)),
+        CH34_SANDBOX_MEMORY=str(limits.memory_bytes), CH34_SANDBOX_BWRAP="1" if sandbox else "0",
+    )
+    result = run_nbgrader(workdir, student_id, limits)
+    (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
+    os._exit(0)  # skip atexit handlers inherited from the parent
+
+
+def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
+    """nbgrader's autograde and generate_feedback, in process, on the course in `workdir`."""
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    course = workdir / "course"
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    config.CourseDirectory.root = str(course)
+    config.Execute.kernel_name = KERNEL_NAME
+    config.Execute.timeout = limits.cell_timeout_s
+    config.LimitOutput.max_lines = limits.output_lines
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(workdir / "runtime" / "kernel")
+    os.chdir(course)
+    api = NbGraderAPI(CourseDirectory(config=config), config=config)
+    graded = api.autograde(ASSIGNMENT, student_id, force=True, create=True)
+    if not graded["success"]:
+        return {"status": "failed", "log": graded.get("log", "") + graded.get("error", "")}
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", config.CourseDirectory.course_id) as gradebook:
+        notebook = gradebook.find_submission_notebook(NOTEBOOK_NAME[: -len(".ipynb")], ASSIGNMENT, student_id)
+        scores = {grade.name: (grade.score, grade.max_score) for grade in notebook.grades}
+    feedback = api.generate_feedback(ASSIGNMENT, student_id, force=True)
+    html = course / "feedback" / student_id / ASSIGNMENT / NOTEBOOK_NAME.replace(".ipynb", ".html")
+    return {"status": "graded", "scores": scores, "feedback": str(html) if feedback["success"] and html.exists() else ""}
+
+
+def collect(workdir: Path, student_id: str, exitcode, overdue: bool, limits: Limits) -> Outcome:
+    """Turn what the child left behind into an Outcome."""
+    repairs = json.loads((workdir / "repairs.json").read_text()) if (workdir / "repairs.json").exists() else []
+    result_file = workdir / "result.json"
+    if overdue:
+        return Outcome(student_id, "timeout", f"the notebook ran past the {limits.notebook_timeout_s} s limit "
+                       "(an endless loop, or one that ignores interrupts?)", repairs=repairs)
+    if not result_file.exists():
+        return Outcome(student_id, "grader_crash", f"the grading process ended with code {exitcode} "
+                       "(memory limit or a signal)", repairs=repairs)
+    result = json.loads(result_file.read_text())
+    if result["status"] != "graded":
+        return Outcome(student_id, *explain_failure(result.get("log", ""), limits), repairs=repairs)
+    scores = {k: tuple(v) for k, v in result["scores"].items()}
+    return Outcome(student_id, "graded", scores=scores, repairs=repairs, feedback=result.get("feedback", ""))
+
+
+def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
+    """Status and reason for a notebook nbgrader gave up on."""
+    if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log:
+        return "kernel_died", "the kernel died while running the notebook (os._exit, a crash or the memory limit)"
+    if "Timeout" in log or "timed out" in log:
+        return "timeout", f"a cell did not finish within {limits.cell_timeout_s} s and could not be interrupted"
+    last = [line for line in log.splitlines() if line.strip()][-1:] or ["no log"]
+    return "grader_error", f"nbgrader could not grade this notebook: {last[0][:200]}"
+
+
+def finish(outcome: Outcome, workdir: Path, report_dir: Path, start: float, total: int,
+           done: list, progress) -> Outcome:
+    """Copy the feedback into the report, write one progress line, and clean the working copy."""
+    feedback = report_dir / "feedback" / f"{outcome.student_id}.html"
+    if outcome.feedback and Path(outcome.feedback).exists():
+        shutil.copy(outcome.feedback, feedback)
+    else:
+        feedback.write_text(report.failure_page(outcome), encoding="utf-8")
+    shutil.rmtree(workdir, ignore_errors=True)
+    count = len(done) + 1
+    elapsed = time.monotonic() - start
+    eta = elapsed / count * (total - count)
+    score = sum(s for s, _ in outcome.scores.values())
+    maximum = sum(m for _, m in outcome.scores.values())
+    print(f"[{count:>3}/{total}] {outcome.student_id:<24} {outcome.status:<14} "
+          f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s", file=progress, flush=True)
+    return outcome
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a forked grader and its process group (the sandboxed kernel dies with its parent)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Grade every <student_id>.ipynb in a folder with nbgrader.")
+    parser.add_argument("submissions", type=Path, help="folder of downloaded .ipynb files")
+    parser.add_argument("--report", type=Path, default=Path("report"), help="where grades.csv and feedback/ go")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
+    parser.add_argument("--course", type=Path, default=REPO_ROOT / GRADING_COURSE)
+    parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap")
+    args = parser.parse_args(argv)
+    if not args.submissions.is_dir():
+        print(f"error: {args.submissions} is not a folder; pass SUBMISSIONS=<folder of .ipynb files>", file=sys.stderr)
+        return 2
+    submissions = sorted(p for p in args.submissions.iterdir() if p.suffix == ".ipynb" and p.is_file())
+    if not submissions:
+        print(f"error: no .ipynb files in {args.submissions}", file=sys.stderr)
+        return 2
+    sandbox = not args.no_sandbox and sandbox_available()
+    if not sandbox:
+        print("WARNING: grading WITHOUT a sandbox: student code runs with your permissions"
+              + ("" if args.no_sandbox else " (bubblewrap is missing or cannot create namespaces: apt-get install bubblewrap)"),
+              file=sys.stderr)
+    print(f"grading {len(submissions)} submissions, {args.jobs} at a time, sandbox: "
+          f"{'bubblewrap' if sandbox else 'NONE'}", file=sys.stderr)
+    outcomes = grade_all(submissions, args.report, course=args.course, jobs=max(1, args.jobs), sandbox=sandbox)
+    print(report.summary_table(outcomes))
+    print(f"wrote {args.report / 'grades.csv'} and {len(outcomes)} feedback files in {args.report / 'feedback'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

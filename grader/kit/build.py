@@ -1,0 +1,162 @@
+"""Generate the student notebook, the solutions notebook and the nbgrader course from the one source.
+
+    python -m grader.kit.build [--out DIR] [--no-execute] {notebooks,solutions,all}
+
+`notebooks` runs the real `nbgrader generate_assignment` in a course directory
+(`DIR/build/course`, kept for the autograder) and writes its release to
+`DIR/notebooks/`. `solutions` writes `DIR/solutions/`: the source with the solution
+markers and hidden tests removed, executed in a fresh kernel. Output is deterministic:
+cell ids come from grade ids and positions, metadata is reduced to what nbgrader and
+Jupyter need, and nothing records a time or a path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+from .nbsource import (
+    ASSIGNMENT,
+    COLAB_URL,
+    NOTEBOOK_NAME,
+    REPO_ROOT,
+    nbgrader_meta,
+    read_source,
+    strip_hidden_tests,
+    strip_solution_markers,
+)
+
+CONFIG_PATH = REPO_ROOT / "grader" / "nbgrader_config.py"
+SOLUTIONS_ONLY = "solutions-only"
+MEASUREMENT = "measurement"
+SKIPPED_MEASUREMENT = "# 测量单元格：自动评分时跳过（它不计分，只耗时间）。\n"
+KEPT_CELL_METADATA = ("nbgrader", "tags", "editable", "deletable")
+NOTEBOOK_METADATA = {
+    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+    "language_info": {"name": "python"},
+}
+EXECUTE_TIMEOUT_S = 300
+GRADING_COURSE = Path("build") / "grading-course"  # under --out; the autograder's template
+
+
+def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat.NotebookNode:
+    """The parsed source with the Colab address filled in.
+
+    `for_release` drops solutions-only cells; `for_grading` also empties measurement cells,
+    which the autograder then restores into every submission in place of the learner's copy.
+    """
+    nb = read_source()
+    for cell in nb.cells:
+        cell.source = cell.source.replace("{{colab_url}}", COLAB_URL)
+        if for_grading and MEASUREMENT in cell.metadata.get("tags", []):
+            cell.source = SKIPPED_MEASUREMENT
+    if for_release or for_grading:
+        nb.cells = [c for c in nb.cells if SOLUTIONS_ONLY not in c.metadata.get("tags", [])]
+    return canonical(nb)
+
+
+def build_course(course_dir: Path, *, for_grading: bool = False) -> Path:
+    """Make an nbgrader course in `course_dir` and release the assignment; return the release notebook.
+
+    The grading course differs from the release course only in its empty measurement cells.
+    """
+    if course_dir.exists():
+        shutil.rmtree(course_dir)
+    source_dir = course_dir / "source" / ASSIGNMENT
+    source_dir.mkdir(parents=True)
+    shutil.copy(CONFIG_PATH, course_dir / "nbgrader_config.py")
+    write_notebook(source_notebook(for_release=True, for_grading=for_grading), source_dir / NOTEBOOK_NAME)
+    # nbgrader runs `alembic` by bare name when it creates the gradebook.
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    run = subprocess.run(
+        [sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"],
+        cwd=course_dir, env=env, capture_output=True, text=True,
+    )
+    release = course_dir / "release" / ASSIGNMENT / NOTEBOOK_NAME
+    if run.returncode != 0 or not release.exists():
+        raise SystemExit(f"nbgrader generate_assignment failed:\n{run.stdout}\n{run.stderr}")
+    return release
+
+
+def student_notebook(course_dir: Path) -> nbformat.NotebookNode:
+    """nbgrader's release, made deterministic."""
+    release = build_course(course_dir)
+    return canonical(nbformat.read(release, as_version=4))
+
+
+def solutions_notebook(*, execute: bool = True) -> nbformat.NotebookNode:
+    """The reference notebook: solutions in place, no markers, no hidden tests, executed."""
+    nb = source_notebook(for_release=False)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        cell.source = strip_solution_markers(cell.source)
+        if nbgrader_meta(cell).get("grade"):
+            cell.source = strip_hidden_tests(cell.source).rstrip("\n")
+    if execute:
+        with tempfile.TemporaryDirectory(prefix="ch34-solutions-") as workdir:
+            NotebookClient(
+                nb, timeout=EXECUTE_TIMEOUT_S, kernel_name="python3", record_timing=False,
+                resources={"metadata": {"path": workdir}},
+            ).execute()
+    return canonical(nb, keep_outputs=True)
+
+
+def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbformat.NotebookNode:
+    """Deterministic ids, minimal metadata, and (unless `keep_outputs`) no outputs."""
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    nb.metadata = nbformat.from_dict(NOTEBOOK_METADATA)
+    for index, cell in enumerate(nb.cells):
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        cell.id = grade_id if grade_id else f"cell-{index:03d}"
+        cell.metadata = nbformat.from_dict(
+            {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA}
+        )
+        if cell.cell_type == "code":
+            if not keep_outputs:
+                cell.outputs, cell.execution_count = [], None
+            for output in cell.get("outputs", []):
+                output.get("metadata", {}).pop("execution", None)
+        cell.pop("attachments", None) if not cell.get("attachments") else None
+    nbformat.validate(nb)
+    return nb
+
+
+def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
+    """Write atomically, so a half-written notebook never replaces a good one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".ipynb.tmp")
+    tmp.write_text(nbformat.writes(nb) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["notebooks", "solutions", "all"])
+    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="root of the outputs (default: the repo)")
+    parser.add_argument("--no-execute", action="store_true", help="write the solutions without running them")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if args.what in ("notebooks", "all"):
+        target = args.out / "notebooks" / NOTEBOOK_NAME
+        write_notebook(student_notebook(args.out / "build" / "course"), target)
+        build_course(args.out / GRADING_COURSE, for_grading=True)
+        print(f"wrote {target.relative_to(args.out)}, build/course and {GRADING_COURSE}")
+    if args.what in ("solutions", "all"):
+        target = args.out / "solutions" / NOTEBOOK_NAME
+        write_notebook(solutions_notebook(execute=not args.no_execute), target)
+        print(f"wrote {target.relative_to(args.out)} ({time.perf_counter() - start:.1f} s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

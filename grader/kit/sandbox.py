@@ -1,0 +1,75 @@
+"""Start one notebook kernel inside a bubblewrap sandbox (the kernelspec's argv points here).
+
+    python sandbox.py {connection_file}
+
+Run by jupyter_client, never imported by the kit's other modules (the kernel launches with
+an unknown working directory, so this file imports nothing from the repository). Its
+settings come from the environment the grader sets for one submission:
+
+    CH34_SANDBOX_SCRATCH   the only writable directory; the kernel starts there
+    CH34_SANDBOX_HIDE      paths (os.pathsep-separated) replaced by empty directories
+    CH34_SANDBOX_KEEP      paths under a hidden one that stay visible read-only (the venv)
+    CH34_SANDBOX_MEMORY    address-space limit in bytes
+    CH34_SANDBOX_BWRAP     "1" to use bubblewrap, "0" to run the kernel unsandboxed
+
+The kernel sees a read-only root, a private /tmp, no network (the kernel talks to the
+grader over IPC sockets in the runtime directory), its own PID namespace, and no
+NBGRADER_EXECUTION variable, so a notebook cannot tell grading from a learner's own run.
+"""
+
+import json
+import os
+import resource
+import shutil
+import sys
+
+# JPY_PARENT_PID: inside the PID namespace the parent looks gone; --die-with-parent does its job.
+GRADER_VARIABLES = ("NBGRADER_EXECUTION", "JPY_PARENT_PID") + tuple(v for v in os.environ if v.startswith("CH34_SANDBOX_"))
+
+
+def sandbox_argv(connection_file: str) -> list:
+    """The bwrap command line that runs ipykernel on `connection_file`."""
+    scratch = os.environ["CH34_SANDBOX_SCRATCH"]
+    # With the IPC transport the connection file's "ip" is the path prefix of the sockets:
+    # that directory, and a copy of the connection file in it, is all the kernel shares with us.
+    runtime_dir = os.path.dirname(json_ip(connection_file))
+    connection_file = shutil.copy(connection_file, runtime_dir)
+    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in filter(None, os.environ.get("CH34_SANDBOX_HIDE", "").split(os.pathsep)):
+        argv += ["--tmpfs", path]
+    for path in filter(None, os.environ.get("CH34_SANDBOX_KEEP", "").split(os.pathsep)):
+        argv += ["--ro-bind", path, path]
+    argv += ["--bind", scratch, scratch, "--bind", runtime_dir, runtime_dir, "--chdir", scratch]
+    argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+    argv += ["--setenv", "HOME", scratch, "--setenv", "TMPDIR", "/tmp"]
+    for name in GRADER_VARIABLES:
+        argv += ["--unsetenv", name]
+    return argv + [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+
+
+def json_ip(connection_file: str) -> str:
+    """The absolute IPC socket prefix recorded in the connection file."""
+    with open(connection_file, encoding="utf-8") as handle:
+        return os.path.abspath(json.load(handle)["ip"])
+
+
+def main() -> None:
+    connection_file = sys.argv[1]
+    memory = int(os.environ.get("CH34_SANDBOX_MEMORY", "0"))
+    if memory:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    if os.environ.get("CH34_SANDBOX_BWRAP", "1") == "1":
+        argv = sandbox_argv(connection_file)
+    else:
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+        for name in GRADER_VARIABLES:
+            os.environ.pop(name, None)
+    # The kernel's own banner and warnings go to a log beside the sockets, not to the grader's terminal.
+    log = os.open(os.path.join(os.path.dirname(json_ip(connection_file)), "kernel.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.execvp(argv[0], argv)
+
+
+if __name__ == "__main__":
+    main()
