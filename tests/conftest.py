@@ -1,4 +1,70 @@
+"""Shared fixtures: one fresh build of the kit and one graded batch per test session."""
+
+import importlib
+import pkgutil
+import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import nbformat
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from grader.kit.nbsource import NOTEBOOK_NAME  # noqa: E402
+from grader.kit.submissions import filled_submission  # noqa: E402
+from tests import fixtures  # noqa: E402
+
+
+def all_mistakes():
+    """Every Mistake of every tests/fixtures/mistakes_*.py catalogue."""
+    found = []
+    for module in sorted(m.name for m in pkgutil.iter_modules(fixtures.__path__) if m.name.startswith("mistakes_")):
+        found += importlib.import_module(f"tests.fixtures.{module}").MISTAKES
+    return found
+
+
+@pytest.fixture(scope="session")
+def fresh_build(tmp_path_factory):
+    """The kit generated from the source into a temporary root: notebooks/, solutions/, build/."""
+    out = tmp_path_factory.mktemp("fresh-build")
+    subprocess.run([sys.executable, "-m", "grader.kit.build", "all", "--out", str(out)], cwd=REPO_ROOT, check=True,
+                   capture_output=True)
+    return out
+
+
+def read_nb(path):
+    return nbformat.read(path, as_version=4)
+
+
+def autograde(submissions_dir, report_dir, course, jobs=2):
+    """Run the kit's autograder CLI for real; return (completed process, grades.csv rows by student)."""
+    import csv
+
+    run = subprocess.run(
+        [sys.executable, "-m", "grader.kit.autograde", str(submissions_dir), "--report", str(report_dir),
+         "--jobs", str(jobs), "--course", str(course)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=3000,
+    )
+    rows = {}
+    if (report_dir / "grades.csv").exists():
+        with open(report_dir / "grades.csv", newline="", encoding="utf-8") as handle:
+            rows = {row["student_id"]: row for row in csv.DictReader(handle)}
+    return run, rows
+
+
+@pytest.fixture(scope="session")
+def graded_batch(fresh_build, tmp_path_factory):
+    """The reference solution, the untouched release and every catalogued mistake, graded in one batch."""
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    submissions = tmp_path_factory.mktemp("submissions")
+    nbformat.write(filled_submission(release, solutions), submissions / "reference-solution.ipynb")
+    nbformat.write(release, submissions / "untouched-release.ipynb")
+    for mistake in all_mistakes():
+        nbformat.write(filled_submission(release, solutions, mistake.edits), submissions / f"{mistake.name}.ipynb")
+    report = tmp_path_factory.mktemp("report")
+    run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course")
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {"run": run, "rows": rows, "report": report, "release": release}

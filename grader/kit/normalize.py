@@ -292,10 +292,14 @@ def _attach(cells: list[_Cell], refs: list[_Ref], repairs: list[str]) -> dict[in
             repairs.append(f"kept {_n(len(copies) - 1, 'duplicate')} of {gid} as scratch "
                            "(no grading metadata)")
     free = [c for c in cells if c.grade_id not in by_gid]
-    n, m = max(len(cells), 1), max(len(refs), 1)
-    pairs = sorted((-score, c.cell_type != r.cell.cell_type, abs(c.index / n - r.index / m),
-                    c.index, r.index)
-                   for r in refs if r.index not in match for c in free
+    anchors = sorted(match.items())  # (release index, learner index) found by grade_id
+
+    def distance(cell: _Cell, j: int) -> int:  # from where the cells around j say it should be
+        k = bisect.bisect_left(anchors, (j, -1)) - 1
+        return abs(cell.index - (anchors[k][1] + j - anchors[k][0] if k >= 0 else j))
+
+    pairs = sorted((-score, c.cell_type != r.cell.cell_type, distance(c, r.index), c.index,
+                    r.index) for r in refs if r.index not in match for c in free
                    if (score := _score(c, r)) >= _THRESHOLD)
     taken, by_content = set(), []
     for *_, i, j in pairs:

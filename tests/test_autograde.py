@@ -1,0 +1,79 @@
+"""`make autograde`: real nbgrader on real kernels, graded in one batch per session."""
+
+import pytest
+
+from tests.conftest import all_mistakes, autograde, read_nb
+
+MISTAKES = all_mistakes()
+
+
+def grade_ids(batch):
+    from grader.kit.report import grade_columns
+
+    return dict(grade_columns(batch["release"]))
+
+
+def test_reference_solution_scores_full_marks_on_every_cell(graded_batch):
+    row = graded_batch["rows"]["reference-solution"]
+    assert row["status"] == "graded"
+    for grade_id, points in grade_ids(graded_batch).items():
+        assert float(row[grade_id]) == points, f"{grade_id}: {row[grade_id]}/{points}"
+    assert float(row["score"]) == float(row["max_score"]) == sum(grade_ids(graded_batch).values())
+
+
+def test_untouched_release_scores_zero_without_crashing_the_grader(graded_batch):
+    row = graded_batch["rows"]["untouched-release"]
+    assert row["status"] == "graded" and float(row["score"]) == 0
+
+
+def test_catalogue_has_at_least_15_core_mistakes():
+    assert len([m for m in MISTAKES if any(g.startswith(f"test_todo{i}_") for g in m.loses for i in range(1, 9))]) >= 15
+    assert len({m.name for m in MISTAKES}) == len(MISTAKES)
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
+def test_mistake_loses_points_exactly_on_the_todo_it_breaks(graded_batch, mistake):
+    row = graded_batch["rows"][mistake.name]
+    assert row["status"] == "graded"
+    points = grade_ids(graded_batch)
+    lost = {g for g, p in points.items() if float(row[g]) < p}
+    assert float(row["score"]) < float(row["max_score"])
+    assert lost == set(mistake.loses), f"lost {sorted(lost)}, expected {sorted(mistake.loses)}"
+
+
+def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
+    header = (graded_batch["report"] / "grades.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
+    assert header[:4] == ["student_id", "score", "max_score", "status"]
+    assert header[4:-2] == list(grade_ids(graded_batch)) and header[-2:] == ["reason", "repairs"]
+    assert len(graded_batch["rows"]) == len(MISTAKES) + 2
+
+
+def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch):
+    for student_id in graded_batch["rows"]:
+        page = (graded_batch["report"] / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
+        for secret in ("_hidden_todo", "HIDDEN TESTS", "rng = random.Random(34", "class Probe"):
+            assert secret not in page, f"{student_id}'s feedback shows {secret!r}"
+    page = (graded_batch["report"] / "feedback" / "stats-integer-division.html").read_text(encoding="utf-8")
+    assert "TODO 7" in page, "a failing cell must say which TODO is wrong"
+
+
+def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(fresh_build, tmp_path):
+    from grader.kit.submissions import filled_submission
+    import nbformat
+
+    release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
+    solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
+    course = fresh_build / "build" / "grading-course"
+    first, second, report = tmp_path / "first", tmp_path / "second", tmp_path / "report"
+    first.mkdir(), second.mkdir()
+    nbformat.write(filled_submission(release, solutions), first / "alice.ipynb")
+    nbformat.write(filled_submission(release, solutions), first / "张三.ipynb")
+    (second / "alice.ipynb").write_text("")  # alice hands in an empty file the second time
+    _, rows = autograde(first, report, course)
+    assert rows["alice"]["status"] == "graded" and float(rows["alice"]["score"]) > 0
+    assert rows["张三"]["status"] == "graded" and float(rows["张三"]["score"]) > 0
+    run, rows = autograde(second, report, course)
+    assert run.returncode == 0, run.stderr
+    assert rows["alice"]["status"] == "empty_file" and float(rows["alice"]["score"]) == 0
+    assert rows["张三"]["score"] == rows["张三"]["max_score"], "a student not in the batch keeps the grade"
+    assert (report / "feedback" / "alice.html").read_text(encoding="utf-8").count("empty_file") >= 1

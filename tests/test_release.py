@@ -1,0 +1,135 @@
+"""What the learner receives: no answers, every TODO a stub, the seed's tests, runnable anywhere."""
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from grader.kit.build import SOLUTIONS_ONLY, source_notebook
+from grader.kit.nbsource import COLAB_URL, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, read_source
+from tests.conftest import read_nb
+
+RELEASE = REPO_ROOT / "notebooks" / NOTEBOOK_NAME
+SEED_DIR = REPO_ROOT.parent / "shared" / "seed"
+SOLUTION_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
+HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
+
+
+def release():
+    return read_nb(RELEASE)
+
+
+def release_text():
+    return RELEASE.read_text(encoding="utf-8")
+
+
+def test_release_holds_no_solution_line_and_no_hidden_test_line():
+    text = "\n".join(cell.source for cell in release().cells)
+    source = read_source()
+    solution_lines = {ln.strip() for c in source.cells for r in SOLUTION_REGION.findall(c.source) for ln in r.splitlines()}
+    hidden_lines = {ln.strip() for c in source.cells for r in HIDDEN_REGION.findall(c.source) for ln in r.splitlines()}
+    released_lines = {ln.strip() for ln in text.splitlines()}
+    trivial = {"", "return plan", "return chunks", "return normalized"}
+    leaked = (solution_lines - trivial) & released_lines
+    assert not leaked, f"solution code in the release: {sorted(leaked)[:5]}"
+    leaked = {ln for ln in hidden_lines & released_lines if len(ln) > 12}
+    assert not leaked, f"hidden tests in the release: {sorted(leaked)[:5]}"
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "_hidden_todo"):
+        assert marker not in release_text()
+
+
+def test_solutions_only_analysis_is_left_out_of_the_release():
+    analysis = [c.source for c in source_notebook(for_release=False).cells if SOLUTIONS_ONLY in c.metadata.get("tags", [])]
+    assert analysis, "the source should carry the 解析 as solutions-only cells"
+    for text in analysis:
+        assert text not in release_text()
+
+
+def test_every_todo_region_becomes_a_stub_that_raises_not_implemented():
+    source_regions = sum(len(SOLUTION_REGION.findall(c.source)) for c in read_source().cells)
+    stubs = sum(c.source.count("raise NotImplementedError()") for c in release().cells if nbgrader_meta(c).get("solution"))
+    assert stubs == source_regions > 0
+
+
+def test_core_todos_are_worth_100_points_and_numbered_in_the_seed_order():
+    grades = [nbgrader_meta(c) for c in release().cells if nbgrader_meta(c).get("grade")]
+    core = [g for g in grades if re.match(r"test_todo[1-8]_", g["grade_id"])]
+    assert [g["grade_id"].split("_")[1] for g in core] == [f"todo{i}" for i in range(1, 9)]
+    assert sum(g["points"] for g in core) == 100
+
+
+def test_the_class_the_learner_completes_is_one_code_cell_with_the_seed_api():
+    cells = [c for c in release().cells if "class PrefixCacheManager" in c.source]
+    assert len(cells) == 1 and nbgrader_meta(cells[0]).get("solution")
+    tree = ast.parse(cells[0].source)
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef))
+    methods = {f.name: [a.arg for a in f.args.args] for f in cls.body if isinstance(f, ast.FunctionDef)}
+    assert methods == {
+        "__init__": ["self", "block_size"], "_normalize": ["self", "tokens"], "_chunk_tokens": ["self", "tokens"],
+        "add_prefix": ["self", "prefix_tokens"], "match_prefix": ["self", "prompt_tokens"],
+        "split_prompt": ["self", "prompt_tokens"], "chunked_prefill_plan": ["self", "prompt_tokens"],
+        "cache_stats": ["self", "prompt_tokens"], "chunked_suffix_prefill_plan": ["self", "prompt_tokens"],
+    }
+    todo_order = [int(n) for n in re.findall(r"# TODO (\d+):", cells[0].source)]
+    assert todo_order == list(range(1, 9))
+
+
+def test_visible_test_cell_keeps_every_assertion_of_the_seed():
+    seeds = sorted(SEED_DIR.glob("*.txt"))
+    if not seeds:
+        pytest.skip(f"the seed chapter is not at {SEED_DIR}")
+    seed = seeds[0].read_text(encoding="utf-8")
+    seed_test = seed[seed.index("def test_prefix_cache_manager"): seed.index("test_prefix_cache_manager()🛑")]
+    normal = lambda line: re.sub(r"\s+", "", line.split("  #")[0]).replace("'", '"')  # noqa: E731
+    seed_asserts = [normal(ln) for ln in seed_test.splitlines() if ln.strip().startswith("assert")]
+    cell = next(c for c in release().cells if c.id == "visible_tests")
+    cell_asserts = [normal(ln) for ln in cell.source.splitlines() if ln.strip().startswith("assert")]
+    assert len(seed_asserts) == 14, "the seed test has 14 assertions"
+    assert cell_asserts == seed_asserts
+
+
+def test_first_cell_has_the_colab_badge_and_modelscope_instructions():
+    first = release().cells[0]
+    assert first.cell_type == "markdown"
+    assert f"]({COLAB_URL})" in first.source and "colab-badge.svg" in first.source
+    assert "魔搭" in first.source and "ModelScope" in first.source
+
+
+def test_student_notebook_imports_only_the_standard_library_and_torch():
+    allowed = set(sys.stdlib_module_names) | {"torch", "matplotlib"}
+    for cell in release().cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                assert name.split(".")[0] in allowed, f"the student notebook imports {name}"
+    assert "matplotlib" not in release_text() or "except ImportError" in release_text(), "matplotlib must stay optional"
+
+
+def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(tmp_path):
+    nb = release()
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        checks = nbgrader_meta(cell).get("grade") or cell.id == "visible_tests"
+        if checks:
+            assert errors and errors[0].ename == "NotImplementedError", f"{cell.id} should fail with NotImplementedError"
+        else:
+            assert not errors, f"cell {cell.id} raises {errors[0].ename if errors else ''} in the untouched notebook"
+    assert nb.cells[-1].cell_type == "code" and "run_chunked_gpu_probe(RUN_MODE" in nb.cells[-1].source
+    assert '"mode": "dry_run"' in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+
+
+def test_release_validates_as_nbformat_4_5():
+    nb = release()
+    nbformat.validate(nb)
+    assert (nb.nbformat, nb.nbformat_minor) == (4, 5)
+    assert Path(RELEASE).read_bytes().endswith(b"\n")
