@@ -38,13 +38,13 @@ def read_nb(path):
     return nbformat.read(path, as_version=4)
 
 
-def autograde(submissions_dir, report_dir, course, jobs=2):
+def autograde(submissions_dir, report_dir, course, jobs=2, extra=()):
     """Run the kit's autograder CLI for real; return (completed process, grades.csv rows by student)."""
     import csv
 
     run = subprocess.run(
         [sys.executable, "-m", "grader.kit.autograde", str(submissions_dir), "--report", str(report_dir),
-         "--jobs", str(jobs), "--course", str(course)],
+         "--jobs", str(jobs), "--course", str(course), *extra],
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=3000,
     )
     rows = {}

@@ -32,13 +32,35 @@ from pathlib import Path
 
 import nbformat
 
-from . import report
-from .build import GRADING_COURSE
+from . import integrity, report
+from .build import GRADING_COURSE, STUDENT_RELEASE
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
 from .normalize import Ungradable, normalize_submission
 
 SANDBOX_SCRIPT = Path(__file__).with_name("sandbox.py")
 KERNEL_NAME = "ch34-sandbox"
+OUTPUT_CAP = """\
+def _cap_output(stream, left=LIMIT):
+    write, said = stream.write, []
+
+    def capped(text):
+        nonlocal left
+        if left <= 0:
+            if not said:
+                said.append(write("\\n[输出超过 LIMIT 字节，其余已丢弃]\\n"))
+            return len(text)
+        left -= len(text)
+        return write(text if left >= 0 else text[: left + len(text)])
+
+    stream.write = capped
+
+
+import sys as _sys
+
+_cap_output(_sys.stdout)
+_cap_output(_sys.stderr)
+del _cap_output, _sys
+"""
 
 
 @dataclass(frozen=True)
@@ -49,6 +71,7 @@ class Limits:
     notebook_timeout_s: int = 240
     memory_bytes: int = 6 << 30  # address space of the kernel; torch alone maps about 1.5 GiB
     output_lines: int = 200
+    output_bytes: int = 2_000_000  # what the kernel may print in all, before the rest is dropped
 
 
 @dataclass
@@ -78,7 +101,7 @@ def grade_all(submissions: list[Path], report_dir: Path, *, course: Path, jobs: 
     course = course.resolve()
     if not (course / "gradebook.db").exists():
         raise SystemExit(f"no grading course at {course}: run `make notebooks` first")
-    release = nbformat.read(course / "release" / ASSIGNMENT / NOTEBOOK_NAME, as_version=4)
+    release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "feedback").mkdir(exist_ok=True)
     work_root = Path(tempfile.mkdtemp(prefix="ch34-grading-"))
@@ -135,6 +158,8 @@ def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -
     submitted.mkdir(parents=True)
     nbformat.write(normalized.notebook, submitted / NOTEBOOK_NAME)
     (workdir / "repairs.json").write_text(json.dumps(normalized.repairs, ensure_ascii=False))
+    findings = integrity.scan(integrity.learner_cells(normalized.notebook))
+    (workdir / "findings.json").write_text(json.dumps(findings, ensure_ascii=False))
     return None
 
 
@@ -143,11 +168,16 @@ def grade_in_child(workdir: Path, student_id: str, limits: Limits, sandbox: bool
     os.setpgrp()  # so the parent can kill this process and everything it started at once
     warnings.simplefilter("ignore")  # nbgrader's SQLAlchemy warnings are not the instructor's business
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes * 2, limits.memory_bytes * 2))
-    for name in ("scratch", "runtime", "kernels/" + KERNEL_NAME):
+    for name in ("scratch/.ipython/profile_default/startup", "runtime", "kernels/" + KERNEL_NAME):
         (workdir / name).mkdir(parents=True, exist_ok=True)
+    # Runs in the kernel before any learner code (the kernel's HOME is the scratch directory).
+    (workdir / "scratch/.ipython/profile_default/startup/00-output-cap.py").write_text(
+        OUTPUT_CAP.replace("LIMIT", str(limits.output_bytes)))
     (workdir / "kernels" / KERNEL_NAME / "kernel.json").write_text(json.dumps({
         "argv": [sys.executable, str(SANDBOX_SCRIPT), "{connection_file}"],
         "display_name": "Python 3 (ch34 sandbox)", "language": "python",
+        # SIGINT cannot cross bubblewrap's PID namespace; ask the kernel to interrupt itself instead.
+        "interrupt_mode": "message",
     }))
     keep = [Path(sys.prefix).resolve()] if any(Path(sys.prefix).resolve().is_relative_to(h) for h in hide) else []
     os.environ.update(
@@ -204,6 +234,12 @@ def collect(workdir: Path, student_id: str, exitcode, overdue: bool, limits: Lim
     if result["status"] != "graded":
         return Outcome(student_id, *explain_failure(result.get("log", ""), limits), repairs=repairs)
     scores = {k: tuple(v) for k, v in result["scores"].items()}
+    findings = json.loads((workdir / "findings.json").read_text())
+    if findings:
+        earned = sum(score for score, _ in scores.values())
+        reason = f"suspicious code, would have scored {earned:g}: " + "; ".join(findings)
+        zeroed = {k: (0.0, maximum) for k, (_, maximum) in scores.items()}
+        return Outcome(student_id, "flagged", reason, zeroed, repairs, feedback=result.get("feedback", ""))
     return Outcome(student_id, "graded", scores=scores, repairs=repairs, feedback=result.get("feedback", ""))
 
 
@@ -251,7 +287,11 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
     parser.add_argument("--course", type=Path, default=REPO_ROOT / GRADING_COURSE)
     parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap")
+    parser.add_argument("--cell-timeout", type=int, default=Limits.cell_timeout_s, help="seconds per cell")
+    parser.add_argument("--notebook-timeout", type=int, default=Limits.notebook_timeout_s, help="seconds per notebook")
+    parser.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 2**30, help="kernel memory cap")
     args = parser.parse_args(argv)
+    limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
     if not args.submissions.is_dir():
         print(f"error: {args.submissions} is not a folder; pass SUBMISSIONS=<folder of .ipynb files>", file=sys.stderr)
         return 2
@@ -266,7 +306,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
     print(f"grading {len(submissions)} submissions, {args.jobs} at a time, sandbox: "
           f"{'bubblewrap' if sandbox else 'NONE'}", file=sys.stderr)
-    outcomes = grade_all(submissions, args.report, course=args.course, jobs=max(1, args.jobs), sandbox=sandbox)
+    outcomes = grade_all(submissions, args.report, course=args.course, jobs=max(1, args.jobs),
+                         limits=limits, sandbox=sandbox)
     print(report.summary_table(outcomes))
     print(f"wrote {args.report / 'grades.csv'} and {len(outcomes)} feedback files in {args.report / 'feedback'}")
     return 0

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from traitlets.config import Config
 
 from .nbsource import (
     ASSIGNMENT,
@@ -46,6 +47,7 @@ NOTEBOOK_METADATA = {
 }
 EXECUTE_TIMEOUT_S = 300
 GRADING_COURSE = Path("build") / "grading-course"  # under --out; the autograder's template
+STUDENT_RELEASE = "student-release.ipynb"  # in the grading course: what submissions are normalised against
 
 
 def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat.NotebookNode:
@@ -104,9 +106,12 @@ def solutions_notebook(*, execute: bool = True) -> nbformat.NotebookNode:
             cell.source = strip_hidden_tests(cell.source).rstrip("\n")
     if execute:
         with tempfile.TemporaryDirectory(prefix="ch34-solutions-") as workdir:
+            config = Config()
+            config.KernelManager.transport = "ipc"  # local sockets: no TCP warning, no port races
+            config.KernelManager.ip = os.path.join(workdir, "kernel")
             NotebookClient(
                 nb, timeout=EXECUTE_TIMEOUT_S, kernel_name="python3", record_timing=False,
-                resources={"metadata": {"path": workdir}},
+                resources={"metadata": {"path": workdir}}, config=config,
             ).execute()
     return canonical(nb, keep_outputs=True)
 
@@ -148,8 +153,10 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     if args.what in ("notebooks", "all"):
         target = args.out / "notebooks" / NOTEBOOK_NAME
-        write_notebook(student_notebook(args.out / "build" / "course"), target)
+        student = student_notebook(args.out / "build" / "course")
+        write_notebook(student, target)
         build_course(args.out / GRADING_COURSE, for_grading=True)
+        write_notebook(student, args.out / GRADING_COURSE / STUDENT_RELEASE)
         print(f"wrote {target.relative_to(args.out)}, build/course and {GRADING_COURSE}")
     if args.what in ("solutions", "all"):
         target = args.out / "solutions" / NOTEBOOK_NAME

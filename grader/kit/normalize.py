@@ -103,20 +103,28 @@ def _parse(raw: bytes) -> dict:
     try:
         data = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
-        raise Ungradable("invalid_json", f"the file is not UTF-8 text (byte {exc.start}): "
-                         f"{_REDOWNLOAD}") from None
+        raise Ungradable(
+            "invalid_json", f"the file is not UTF-8 text (byte {exc.start}): {_REDOWNLOAD}"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise Ungradable("invalid_json", f"the file is not valid JSON (line {exc.lineno}, "
-                         f"column {exc.colno}): {_REDOWNLOAD}") from None
+        raise Ungradable(
+            "invalid_json",
+            f"the file is not valid JSON (line {exc.lineno}, column {exc.colno}): {_REDOWNLOAD}",
+        ) from None
     except (ValueError, RecursionError):  # numbers too long, nesting too deep
         raise Ungradable("invalid_json", f"the file is not usable JSON: {_REDOWNLOAD}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
-        raise Ungradable("not_a_notebook", "the file is JSON but not a Jupyter notebook "
-                         "(it has no list of cells): upload the .ipynb file you worked in")
+        raise Ungradable(
+            "not_a_notebook",
+            "the file is JSON but not a Jupyter notebook (it has no list of cells): "
+            "upload the .ipynb file you worked in",
+        )
     if data.get("nbformat", 4) not in (4, "4"):
-        raise Ungradable("not_a_notebook", f"the file is a notebook of format version "
-                         f"{data.get('nbformat')!r}, not 4: open it in Jupyter or Colab, save "
-                         f"it, and {_REDOWNLOAD}")
+        raise Ungradable(
+            "not_a_notebook",
+            f"the file is a notebook of format version {data.get('nbformat')!r}, not 4: "
+            f"open it in Jupyter or Colab, save it, and {_REDOWNLOAD}",
+        )
     return data
 
 
@@ -202,9 +210,12 @@ def _attachments(value: dict) -> dict:
     kept = {}
     for name, bundle in value.items():
         bundle = bundle if isinstance(bundle, dict) else {}
-        bundle = {_clean(mime): _clean(data) for mime, data in bundle.items()
-                  if isinstance(data, str) or (type(data) is list and
-                                               all(isinstance(x, str) for x in data))}
+        bundle = {
+            _clean(mime): _clean(data)
+            for mime, data in bundle.items()
+            if isinstance(data, str)
+            or (type(data) is list and all(isinstance(x, str) for x in data))
+        }
         if bundle:
             kept[_clean(name)] = bundle
     return kept
@@ -232,8 +243,15 @@ class _Ref:
     @classmethod
     def of(cls, index: int, cell) -> _Ref:
         meta = cell.get("metadata", {}).get("nbgrader") or {}
-        kind = ("solution" if meta.get("solution") else "test" if meta.get("grade") else
-                "read-only" if meta.get("locked") or meta.get("task") else "plain")
+        kind = (
+            "solution"
+            if meta.get("solution")
+            else "test"
+            if meta.get("grade")
+            else "read-only"
+            if meta.get("locked") or meta.get("task")
+            else "plain"
+        )
         ref = cls(index, cell, kind, meta.get("grade_id") or None)
         ref.names, ref.lines, ref.head = _features(_text(cell.get("source")))
         return ref
@@ -251,8 +269,11 @@ def _features(source: str) -> tuple[set[str], list[str], str]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
             if isinstance(node, ast.ClassDef):
-                names |= {f"{node.name}.{n.name}" for n in node.body
-                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                names |= {
+                    f"{node.name}.{n.name}"
+                    for n in node.body
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                }
     except (SyntaxError, ValueError, RecursionError, MemoryError):  # magics, prose, junk
         names, owner = set(), None
         for indent, keyword, name in _DEF.findall(source):
@@ -289,8 +310,9 @@ def _attach(cells: list[_Cell], refs: list[_Ref], repairs: list[str]) -> dict[in
         ref, copies = by_gid[gid], [c for c in claimed if c.grade_id == gid]
         match[ref.index] = max(copies, key=lambda c: (_score(c, ref), -c.index)).index
         if len(copies) > 1:
-            repairs.append(f"kept {_n(len(copies) - 1, 'duplicate')} of {gid} as scratch "
-                           "(no grading metadata)")
+            repairs.append(
+                f"kept {_n(len(copies) - 1, 'duplicate')} of {gid} as scratch (no grading metadata)"
+            )
     free = [c for c in cells if c.grade_id not in by_gid]
     anchors = sorted(match.items())  # (release index, learner index) found by grade_id
 
@@ -298,27 +320,35 @@ def _attach(cells: list[_Cell], refs: list[_Ref], repairs: list[str]) -> dict[in
         k = bisect.bisect_left(anchors, (j, -1)) - 1
         return abs(cell.index - (anchors[k][1] + j - anchors[k][0] if k >= 0 else j))
 
-    pairs = sorted((-score, c.cell_type != r.cell.cell_type, distance(c, r.index), c.index,
-                    r.index) for r in refs if r.index not in match for c in free
-                   if (score := _score(c, r)) >= _THRESHOLD)
+    pairs = sorted(
+        (-score, c.cell_type != r.cell.cell_type, distance(c, r.index), c.index, r.index)
+        for r in refs
+        if r.index not in match
+        for c in free
+        if (score := _score(c, r)) >= _THRESHOLD
+    )
     taken, by_content = set(), []
     for *_, i, j in pairs:
         if j not in match and i not in taken:
             match[j], taken = i, taken | {i}
             by_content.append(j)
     solutions = [r for r in refs if r.kind == "solution"] or [r for r in refs if r.grade_id]
-    if solutions and not claimed and not any(match.get(r.index) is not None
-                                             for r in solutions):
+    if solutions and not claimed and not any(match.get(r.index) is not None for r in solutions):
         names = sorted({n for r in solutions for n in r.names if "." not in n})[:4]
-        raise Ungradable("wrong_assignment", "no cell of this notebook belongs to the "
-                         f"assignment (no grade id matches and none defines "
-                         f"{', '.join(names) or 'its solution code'}): upload the notebook you "
-                         "worked on for this assignment")
+        raise Ungradable(
+            "wrong_assignment",
+            "no cell of this notebook belongs to the assignment (no grade id matches and none "
+            f"defines {', '.join(names) or 'its solution code'}): upload the notebook you worked "
+            "on for this assignment",
+        )
     if attached := [refs[j].grade_id for j in sorted(by_content) if refs[j].grade_id]:
-        repairs.append(f"re-attached {_n(len(attached), 'cell')} whose nbgrader metadata was "
-                       f"lost: {', '.join(attached)}")
-    if moved := len(match) - _longest_increasing([j for j, _ in sorted(match.items(),
-                                                                      key=lambda p: p[1])]):
+        repairs.append(
+            f"re-attached {_n(len(attached), 'cell')} whose nbgrader metadata was "
+            f"lost: {', '.join(attached)}"
+        )
+    if moved := len(match) - _longest_increasing(
+        [j for j, _ in sorted(match.items(), key=lambda p: p[1])]
+    ):
         repairs.append(f"put {_n(moved, 'moved cell')} back in the release's order")
     return match
 
@@ -328,7 +358,7 @@ def _longest_increasing(values: list[int]) -> int:
     tails: list[int] = []
     for value in values:
         k = bisect.bisect_left(tails, value)
-        tails[k:k + 1] = [value]
+        tails[k : k + 1] = [value]
     return len(tails)
 
 
@@ -357,10 +387,11 @@ def _assemble(cells, refs, match, release, repairs) -> nbformat.NotebookNode:
         base, k = cell.id, 1
         while cell.id in used:
             k += 1
-            cell.id = f"{base[:60]}-{k}"
+            cell.id = f"{base[:56]}-{k}"  # stays within nbformat's 64 characters
         used.add(cell.id)
-    notebook = v4.new_notebook(cells=[cell for cell, _ in out],
-                               metadata=copy.deepcopy(release.get("metadata", {})))
+    notebook = v4.new_notebook(
+        cells=[cell for cell, _ in out], metadata=copy.deepcopy(release.get("metadata", {}))
+    )
     nbformat.validate(notebook)  # learner data kept is only strings: failing here is a bug
     return notebook
 
@@ -376,8 +407,9 @@ def _rebuild(ref: _Ref, mine: _Cell | None, repairs: list[str]) -> nbformat.Note
         repairs.append(f"restored deleted {ref.label}{extra}")
     elif mine is not None:
         if mine.cell_type != ref.cell.cell_type:
-            repairs.append(f"restored {ref.cell.cell_type} type of {ref.label} "
-                           f"(was {mine.cell_type})")
+            repairs.append(
+                f"restored {ref.cell.cell_type} type of {ref.label} (was {mine.cell_type})"
+            )
         if ref.kind in ("solution", "plain"):
             source, attachments = mine.source, mine.attachments
         elif _canon(mine.source) != _canon(source):
@@ -389,11 +421,17 @@ def _rebuild(ref: _Ref, mine: _Cell | None, repairs: list[str]) -> nbformat.Note
 def _scratch(cell: _Cell) -> nbformat.NotebookNode:
     """A learner cell no release cell claims: kept as is, without grading metadata."""
     metadata = {"tags": cell.tags} if cell.tags else {}
-    return _new_cell(cell.cell_type, cell.source, metadata,
-                     cell.cell_id or f"scratch-{cell.index}", cell.attachments)
+    return _new_cell(
+        cell.cell_type,
+        cell.source,
+        metadata,
+        cell.cell_id or f"scratch-{cell.index}",
+        cell.attachments,
+    )
 
 
 def _new_cell(cell_type, source, metadata, cell_id, attachments=None):
+    """A fresh nbformat 4.5 cell: code cells without outputs or execution count."""
     maker = {"code": v4.new_code_cell, "markdown": v4.new_markdown_cell, "raw": v4.new_raw_cell}
     cell = maker[cell_type](source=source, metadata=metadata, id=cell_id)
     if attachments and cell_type != "code":

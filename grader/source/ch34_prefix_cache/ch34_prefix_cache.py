@@ -649,6 +649,969 @@ del _hidden_todo8
 # - **没有实现：** LRU 淘汰、引用计数、物理 block 分配、跨 worker 的 KV 传输。其中前三项是第三部分（选做）的内容。
 
 # %% [markdown]
+# ---
+# ## 第二部分：从账本到真实 KV —— 在一个小 Transformer 上做前缀缓存与分块预填充
+#
+# 第一部分的 `PrefixCacheManager` 只记账：它告诉我们 prompt 的前 `hit_len` 个 token 可以复用、剩下的 suffix 要重新算，但它手里没有任何张量。这一部分把账本接到真实的 KV cache 上，并回答两个问题：
+#
+# 1. **结果对不对？** 命中前缀后只算 suffix，得到的 logits 和 KV 必须与“从头完整算一遍”一致（`torch.allclose`）。分块预填充也一样。
+# 2. **省了多少？** 缓存命中省下多少时间，和一个简单的代价模型差多少；分块预填充让注意力的峰值内存降了多少，又有什么没省下。
+#
+# | 步骤 | 内容 | 你要写的 |
+# |---|---|---|
+# | 34.6 | 一个带 KV cache 接口的极小 decoder-only Transformer（已给出） | — |
+# | 34.7 | 分块预填充：每块都接着前面所有 token 的 KV 计算 | TODO 9 `chunked_prefill` |
+# | 34.8 | 带真实 KV 的前缀缓存：复用最长命中前缀，只算 suffix | TODO 10 `KVPrefixCache` |
+# | 34.9 | 代价模型与 CPU 实测：缓存加速比、注意力峰值内存 | — |
+#
+# 这一部分开始用 PyTorch（只用 CPU，几秒内跑完）。
+
+# %% nbgrader={"grade": false, "grade_id": "kv_imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+# %% [markdown]
+# ### 34.6　一个带 KV cache 接口的极小 Transformer
+#
+# 下面的模型按 nanoGPT 的写法自底向上搭成：注意力、MLP、Block、整个模型，超参数放在 `TinyConfig` 里。权重用固定种子随机初始化（float32），没有训练过——我们只关心“缓存后的计算是否等于完整计算”，这与权重是否训练过无关。
+#
+# **接口约定**（后面所有代码都靠它）：
+#
+# ```python
+# logits, past_kv = model(token_ids, past_kv=None)
+# ```
+#
+# - `token_ids`：本次**新送入**的 token，一维 `LongTensor` 或 `list[int]`，至少一个；不支持 batch。
+# - `past_kv`：之前所有 token 的 KV，`None` 表示从头开始。它是长度为 `n_layers` 的 tuple，每层一个 `(k, v)`，形状都是 `(n_heads, P, head_dim)`，`P` 是已有 token 数（`kv_length(past_kv)`）。
+# - 返回的 `logits` 形状 `(T, vocab_size)`，**只**含这 `T` 个新 token；返回的 `past_kv` 覆盖到目前为止的全部 `P + T` 个 token。
+# - 传入的 `past_kv` 不会被修改：新的 KV 由 `torch.cat` 拼成新张量。
+#
+# **为什么缓存后的计算与完整计算相等？因为因果性。** 第 `t` 个位置的 K、V 只取决于 token `0..t`（每一层都只看得到自己和前面的位置），与后面跟着什么 token 无关。所以两个 prompt 只要前 `h` 个 token 相同，它们前 `h` 个位置的 KV 就逐位相同，可以直接搬过来用；剩下的 token 拿着这份 KV 接着算，每个位置看到的 key/value 与完整计算时一模一样，结果自然相同（只差浮点运算顺序带来的 1e-6 量级误差）。
+#
+# 要让“接着算”真的等于完整计算，模型里有两件事必须做对：
+#
+# **1. 因果掩码按右下角对齐。** 有 `P` 个已缓存 token、再送入 `T` 个新 token 时，注意力分数是 `T × S` 的长方形（`S = P + T`）。第 `i` 个新 token 的绝对位置是 `P + i`，它应当看到 key `0 .. P+i`，也就是掩码的对角线要贴着**右下角**：`torch.ones(T, S).tril(diagonal=S - T)`。如果像没有缓存时那样从左上角画对角线（`tril(diagonal=0)`），第 `i` 个新 token 只能看到前 `i+1` 个 key，等于把它当成了位置 `i` 的 token——结果就错了。注意 PyTorch 的 `scaled_dot_product_attention(..., is_causal=True)` 在 `T ≠ S` 时正是左上角对齐，带 KV cache 时不能直接用它（要么显式传掩码，要么用 `torch.nn.attention.bias.causal_lower_right`）。
+#
+# ```
+#            key:  0 1 2 3 4            key:  0 1 2 3 4
+# 新 token 0 (位置 3)  ■ ■ ■ ■ ·    新 token 0  ■ · · · ·
+# 新 token 1 (位置 4)  ■ ■ ■ ■ ■    新 token 1  ■ ■ · · ·
+#            右下角对齐（正确）             左上角对齐（错误）
+# ```
+#
+# **2. 位置是绝对位置。** 新 token 的位置编号是 `P + i`，不能在每次调用时从 0 重新数。本模型用学习式的绝对位置表 `wpe`，第 `p` 个位置加上 `wpe[p]`；模型从 `kv_length(past_kv)` 推出 `P`，所以调用者只要把正确的 `past_kv` 传进来，位置和掩码就都对了——反过来，传错了 `past_kv`，位置和掩码会一起错。
+
+# %% nbgrader={"grade": false, "grade_id": "kv_tiny_model", "locked": true, "schema_version": 3, "solution": false, "task": false}
+@dataclass
+class TinyConfig:
+    """极小 decoder-only Transformer 的超参数（float32，学习式绝对位置编码）。"""
+
+    vocab_size: int = 64
+    d_model: int = 32  # 宽度 d
+    n_layers: int = 2  # 层数 L
+    n_heads: int = 2
+    max_positions: int = 256  # 绝对位置表的长度：已缓存 token 数 + 新 token 数不能超过它
+    mlp_ratio: int = 4  # MLP 隐层宽度 = mlp_ratio * d_model
+
+    def __post_init__(self):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_positions", "mlp_ratio"):
+            value = getattr(self, name)
+            if type(value) is not int or value <= 0:
+                raise ValueError(f"TinyConfig.{name} 必须是正整数，现在是 {value!r}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} 必须能被 n_heads={self.n_heads} 整除")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+def kv_length(past_kv) -> int:
+    """past_kv 覆盖的 token 数；None 表示还没有任何 token。"""
+    return 0 if past_kv is None else past_kv[0][0].shape[1]
+
+
+def as_token_list(token_ids) -> list:
+    """把一维 LongTensor 或 int 序列统一成 list[int]：账本 PrefixCacheManager 按 list 比较。"""
+    if isinstance(token_ids, torch.Tensor):
+        if token_ids.dim() != 1:
+            raise ValueError(f"token_ids 必须是一维的，现在形状是 {tuple(token_ids.shape)}")
+        return [int(t) for t in token_ids.tolist()]
+    return [int(t) for t in token_ids]
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: TinyConfig):
+        super().__init__()
+        self.n_heads, self.head_dim = config.n_heads, config.head_dim
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
+        self.scores_tap = nn.Identity()  # 测量点：什么也不做，34.9 节用 forward hook 在这里看注意力分数张量
+
+    def forward(self, x, layer_past=None):
+        # x: (T, d) 新 token 的隐状态；layer_past: None 或本层已缓存的 (k, v)，各 (nh, P, hs)
+        T, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)  # 各 (T, d)
+        q, k, v = (t.view(T, self.n_heads, self.head_dim).transpose(0, 1) for t in (q, k, v))  # 各 (nh, T, hs)
+        if layer_past is not None:
+            k = torch.cat([layer_past[0], k], dim=1)  # (nh, S, hs)，S = P + T；cat 生成新张量，缓存不被改动
+            v = torch.cat([layer_past[1], v], dim=1)
+        S = k.shape[1]
+        att = self.scores_tap((q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim))  # (nh, T, S)
+        # 右下角对齐的因果掩码：第 i 个新 token 的绝对位置是 S - T + i，只能看到 key 0 .. S - T + i
+        visible = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(diagonal=S - T)  # (T, S)
+        att = att.masked_fill(~visible, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(0, 1).reshape(T, d)  # (nh, T, hs) -> (T, d)
+        return self.proj(y), (k, v)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, config: TinyConfig):
+        super().__init__()
+        hidden = config.mlp_ratio * config.d_model
+        self.ln_1 = nn.LayerNorm(config.d_model)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, hidden, bias=False), nn.GELU(), nn.Linear(hidden, config.d_model, bias=False)
+        )
+
+    def forward(self, x, layer_past=None):
+        # x: (T, d)；pre-LN 残差结构
+        attn_out, layer_kv = self.attn(self.ln_1(x), layer_past)
+        x = x + attn_out
+        x = x + self.mlp(self.ln_2(x))
+        return x, layer_kv
+
+
+class TinyCausalLM(nn.Module):
+    """极小的 decoder-only Transformer，forward 接收并返回 KV cache。
+
+    用 `seed` 生成固定的随机权重（float32）：同一个 config 和 seed 总得到同一个模型。
+    """
+
+    def __init__(self, config: TinyConfig, seed: int = 0):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.wpe = nn.Embedding(config.max_positions, config.d_model)  # 学习式绝对位置：位置 p 加 wpe[p]
+        self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        # 权重标准差选得让 logits 和注意力分布都在 O(1) 量级：掩码或位置一旦出错，差异远大于浮点误差
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for module in self.modules():
+                if isinstance(module, nn.Embedding):
+                    module.weight.normal_(0.0, 1.0, generator=generator)
+                elif isinstance(module, nn.Linear):
+                    module.weight.normal_(0.0, module.in_features**-0.5, generator=generator)
+        self.eval()
+
+    @torch.no_grad()
+    def forward(self, token_ids, past_kv=None):
+        """对新送入的 token 做一次前向。
+
+        token_ids: 一维 LongTensor 或 list[int]，至少一个 token（不支持 batch）。
+        past_kv:   None，或之前调用返回的 KV：长度 n_layers 的 tuple，每层 (k, v)，各 (n_heads, P, head_dim)。
+        返回 (logits, past_kv)：logits 形状 (T, vocab_size)，只含这 T 个新 token；
+        新的 past_kv 覆盖全部 P + T 个 token。传入的 past_kv 不会被修改。
+        新 token 的绝对位置是 P .. P+T-1，因果掩码按右下角对齐。
+        """
+        idx = torch.as_tensor(token_ids, dtype=torch.long, device=self.wte.weight.device)
+        if idx.dim() != 1 or idx.numel() == 0:
+            raise ValueError("token_ids 必须是非空的一维序列")
+        if past_kv is not None and len(past_kv) != len(self.blocks):
+            raise ValueError(f"past_kv 应有 {len(self.blocks)} 层，现在有 {len(past_kv)} 层")
+        past_len, T = kv_length(past_kv), idx.numel()
+        if past_len + T > self.config.max_positions:
+            raise ValueError(f"共 {past_len + T} 个位置，超过 max_positions={self.config.max_positions}")
+        positions = torch.arange(past_len, past_len + T, device=idx.device)  # 绝对位置：接着已缓存的 token 往后数
+        x = self.wte(idx) + self.wpe(positions)  # (T, d)
+        new_kv = []
+        for layer, block in enumerate(self.blocks):
+            x, layer_kv = block(x, None if past_kv is None else past_kv[layer])
+            new_kv.append(layer_kv)
+        logits = self.lm_head(self.ln_f(x))  # (T, vocab_size)
+        return logits, tuple(new_kv)
+
+
+# %% [markdown]
+# 先看看这个接口：完整算一遍 prompt，再拿它的 KV 解码一个新 token。解码出的 logits 与“把新 token 接在 prompt 后面从头完整算一遍”的最后一行相同——这就是因果性。
+
+# %% nbgrader={"grade": false, "grade_id": "kv_model_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+demo_model = TinyCausalLM(TinyConfig(), seed=0)
+demo_prompt = [3, 14, 15, 9, 26, 5]
+demo_logits, demo_kv = demo_model(demo_prompt)
+print("prompt logits:", tuple(demo_logits.shape), "| 每层 k:", tuple(demo_kv[0][0].shape), "| kv_length:", kv_length(demo_kv))
+
+step_logits, step_kv = demo_model([7], past_kv=demo_kv)  # 只送入 1 个新 token，位置 6 由 past_kv 推出
+full_logits, _ = demo_model(demo_prompt + [7])  # 对照：7 个 token 从头完整算一遍
+print("带 KV 解码 vs 完整前向，最大绝对误差:", f"{(step_logits[0] - full_logits[-1]).abs().max().item():.1e}")
+print("传入的 demo_kv 没被改动:", kv_length(demo_kv) == len(demo_prompt))
+
+T_demo, S_demo = 2, 5
+print("右下角对齐的掩码 (T=2, S=5):\n", torch.ones(T_demo, S_demo, dtype=torch.int8).tril(diagonal=S_demo - T_demo))
+
+# %% [markdown]
+# ### 34.7　TODO 9：分块预填充
+#
+# 长 prompt 一次性送进模型时，每层的注意力分数是 `(n_heads, T, T)`，随 `T` 平方增长。分块预填充把 token 切成每块最多 `chunk_size` 个，依次送入；每一块都带上**前面所有块**的 KV，所以每个 token 看到的东西与一次性计算时完全相同，结果也相同，而每次调用的注意力分数只有 `(n_heads, c, 已有 token 数 + c)`。
+#
+# 实现 `chunked_prefill(model, token_ids, chunk_size, past_kv=None)`：
+#
+# - 按顺序把 `token_ids` 切成长度 `chunk_size` 的块，最后一块可以不满；`chunk_size` 比 prompt 还长时就只有一块。
+# - 每块调用一次 `model(chunk, past_kv=...)`，并把**它返回的** `past_kv` 交给下一块。模型从 `past_kv` 的长度推出绝对位置和掩码的偏移，所以 KV 接力传对了，位置和掩码就都对了。
+# - 传入的 `past_kv` 不是 `None` 时（比如命中的前缀），第一块就要接着它算。
+# - 返回 `(logits, past_kv)`：`logits` 是各块 logits 按顺序拼接（`torch.cat`，`dim=0`），形状 `(len(token_ids), vocab_size)`；`past_kv` 是最后一块返回的 KV，覆盖传入的前缀和全部新 token。
+#
+# 常见错误：每块都从 `past_kv=None` 开始（位置从 0 重数、掩码没有偏移），每块都只带最初传入的 `past_kv`，只返回最后一块的 logits，漏掉不满的尾块。评分时会用随机 prompt、不能整除长度的 chunk、`chunk_size=1`、比 prompt 还长的 chunk、带前缀的 `past_kv` 来检查，并数一数模型被调用了几次、每次送入几个 token。
+
+# %% nbgrader={"grade": false, "grade_id": "todo9_chunked_prefill", "locked": false, "schema_version": 3, "solution": true, "task": false}
+def chunked_prefill(model, token_ids, chunk_size, past_kv=None):
+    """把 token_ids 按 chunk_size 分块依次送入模型，每块都接着前面全部 token 的 KV 计算。
+
+    model:      可调用对象，model(ids, past_kv=...) -> (logits, past_kv)，例如 TinyCausalLM。
+    token_ids:  一维 LongTensor 或 list[int]，至少一个 token。
+    chunk_size: 每块最多多少个 token（正整数）；最后一块可以不满。
+    past_kv:    这些 token 之前已有的 KV（例如命中的前缀），None 表示从位置 0 开始；不会被修改。
+    返回 (logits, past_kv)：logits 形状 (len(token_ids), vocab_size)，是各块 logits 按顺序的拼接，
+    与一次性 model(token_ids, past_kv) 的结果相同；past_kv 覆盖传入的前缀和全部新 token。
+    """
+    if type(chunk_size) is not int or chunk_size <= 0:
+        raise ValueError(f"chunk_size 必须是正整数，现在是 {chunk_size!r}")
+    if len(token_ids) == 0:
+        raise ValueError("token_ids 不能为空")
+    ### BEGIN SOLUTION
+    chunk_logits = []
+    for start in range(0, len(token_ids), chunk_size):
+        chunk = token_ids[start : start + chunk_size]
+        logits, past_kv = model(chunk, past_kv=past_kv)  # 接力：下一块接着这一块返回的 KV 算
+        chunk_logits.append(logits)
+    return torch.cat(chunk_logits, dim=0), past_kv
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo9_chunked_prefill", "locked": true, "points": 15, "schema_version": 3, "solution": false, "task": false}
+# TODO 9：分块预填充的 logits 和 KV 与一次完整前向相同（各种 chunk 大小、带前缀的 past_kv）
+### BEGIN HIDDEN TESTS
+def _hidden_todo9():
+    import random as _random
+
+    import torch as _torch
+    import torch.nn.functional as _F
+
+    class OracleLM:
+        """与 TinyCausalLM 接口相同的参考模型：右下角掩码、绝对位置，权重由 seed 决定。"""
+
+        def __init__(self, seed, vocab=64, d=32, n_layers=2, n_heads=2, max_positions=160):
+            g = _torch.Generator().manual_seed(seed)
+
+            def rand(*shape, std=1.0):
+                return _torch.randn(*shape, generator=g) * std
+
+            self.d, self.nh, self.vocab = d, n_heads, vocab
+            self.wte, self.wpe = rand(vocab, d), rand(max_positions, d)
+            self.layers = [
+                (rand(d, 3 * d, std=d**-0.5), rand(d, d, std=d**-0.5), rand(d, 4 * d, std=d**-0.5), rand(4 * d, d, std=(4 * d) ** -0.5))
+                for _ in range(n_layers)
+            ]
+            self.head = rand(d, vocab, std=d**-0.5)
+
+        def __call__(self, token_ids, past_kv=None):
+            idx = _torch.as_tensor(token_ids, dtype=_torch.long)
+            if idx.dim() != 1 or idx.numel() == 0:
+                raise ValueError("token_ids 必须是非空的一维序列")
+            d, nh, hs = self.d, self.nh, self.d // self.nh
+            P, T = (0 if past_kv is None else past_kv[0][0].shape[1]), idx.numel()
+            x = self.wte[idx] + self.wpe[P : P + T]
+            new_kv = []
+            for layer, (w_qkv, w_proj, w_fc, w_out) in enumerate(self.layers):
+                q, k, v = (_F.layer_norm(x, (d,)) @ w_qkv).split(d, dim=-1)
+                q, k, v = (t.view(T, nh, hs).transpose(0, 1) for t in (q, k, v))
+                if past_kv is not None:
+                    k = _torch.cat([past_kv[layer][0], k], dim=1)
+                    v = _torch.cat([past_kv[layer][1], v], dim=1)
+                S = k.shape[1]
+                att = (q @ k.transpose(-2, -1)) * hs**-0.5
+                att = att.masked_fill(~_torch.ones(T, S, dtype=_torch.bool).tril(S - T), float("-inf")).softmax(-1)
+                x = x + (att @ v).transpose(0, 1).reshape(T, d) @ w_proj
+                x = x + _F.gelu(_F.layer_norm(x, (d,)) @ w_fc) @ w_out
+                new_kv.append((k, v))
+            return _F.layer_norm(x, (d,)) @ self.head, tuple(new_kv)
+
+    class Counting:
+        """包住模型，记下每次调用送入了几个 token。"""
+
+        def __init__(self, model):
+            self.model, self.calls = model, []
+
+        def __call__(self, token_ids, past_kv=None):
+            self.calls.append(len(token_ids))
+            return self.model(token_ids, past_kv=past_kv)
+
+    def close(a, b):
+        return tuple(a.shape) == tuple(b.shape) and _torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+    def split(seq, size):
+        return [seq[i : i + size] for i in range(0, len(seq), size)]
+
+    def diagnose(logits, oracle, tokens, size, past):
+        """logits 与参考不一致时，认出几种典型错误。"""
+        pieces = split(tokens, size)
+        restart = _torch.cat([oracle(p)[0] for p in pieces])
+        if close(logits, restart):
+            return "每块都从 past_kv=None 开始：位置从 0 重新数、因果掩码没有按已有 KV 偏移（像左上角对齐），后面的块看不到前面的 token。要把上一块返回的 past_kv 交给下一块"
+        if past is not None:
+            only_initial = _torch.cat([oracle(p, past_kv=past)[0] for p in pieces])
+            if close(logits, only_initial):
+                return "每块都只带最初传入的 past_kv：每块的位置都从前缀末尾重新数，看不到前面几块。要把上一块返回的 past_kv 交给下一块"
+            if close(logits, oracle(tokens)[0]):
+                return "忽略了传入的 past_kv：第一块应接着已有的前缀 KV 计算"
+        return "分块 logits 与一次完整前向不一致"
+
+    def check(oracle, tokens, size, past, label):
+        model = Counting(oracle)
+        n = len(tokens)
+        past_len = 0 if past is None else past[0][0].shape[1]
+        full_logits, full_kv = oracle(tokens, past_kv=past)
+        snapshot = None if past is None else [t.clone() for layer in past for t in layer]
+        try:
+            result = chunked_prefill(model, tokens, size, past_kv=past)
+        except Exception as exc:
+            raise AssertionError(f"TODO 9 [{label}]: chunked_prefill 出错：{exc!r}（chunk_size={size}、{n} 个 token；注意不满的尾块和比 prompt 还长的 chunk）") from exc
+        assert type(result) is tuple and len(result) == 2, f"TODO 9 [{label}]: 应返回 (logits, past_kv) 二元组"
+        logits, kv = result
+        fed = sum(model.calls)
+        assert fed <= n, f"TODO 9 [{label}]: 共送入 {fed} 个 token，多于 {n} 个：有 token 被重复送入（chunk 边界 off-by-one？）"
+        assert fed == n, f"TODO 9 [{label}]: 共送入 {fed} 个 token，少于 {n} 个：漏掉了不满 chunk_size 的尾块（chunk_size={size}）"
+        assert max(model.calls) <= size, f"TODO 9 [{label}]: 每次最多送入 chunk_size={size} 个 token，实际有一次送入了 {max(model.calls)} 个"
+        assert len(model.calls) == -(-n // size), f"TODO 9 [{label}]: {n} 个 token、chunk_size={size} 应调用模型 {-(-n // size)} 次，实际 {len(model.calls)} 次"
+        assert isinstance(logits, _torch.Tensor), f"TODO 9 [{label}]: logits 应是张量"
+        assert tuple(logits.shape) == tuple(full_logits.shape), f"TODO 9 [{label}]: logits 形状应为 {tuple(full_logits.shape)}（全部新 token 的 logits 按块拼接），得到 {tuple(logits.shape)}：是否只返回了最后一块？"
+        assert close(logits, full_logits), f"TODO 9 [{label}]: {diagnose(logits, oracle, tokens, size, past)}"
+        assert kv is not None and len(kv) == len(full_kv), f"TODO 9 [{label}]: 返回的 past_kv 应有 {len(full_kv)} 层"
+        for layer, ((k, v), (k_ref, v_ref)) in enumerate(zip(kv, full_kv)):
+            assert k.shape[1] == past_len + n, f"TODO 9 [{label}]: 返回的 past_kv 应覆盖前缀 {past_len} + 新 token {n} = {past_len + n} 个位置，第 {layer} 层只有 {k.shape[1]} 个"
+            assert close(k, k_ref) and close(v, v_ref), f"TODO 9 [{label}]: 第 {layer} 层返回的 KV 与完整前向不一致"
+        if snapshot is not None:
+            after = [t for layer in past for t in layer]
+            assert all(_torch.equal(a, b) for a, b in zip(snapshot, after)), f"TODO 9 [{label}]: 传入的 past_kv 被修改了"
+
+    def scenarios():
+        rng = _random.Random(34)
+        for trial in range(4):
+            oracle = OracleLM(seed=rng.randrange(10**6))
+            n = rng.randint(7, 40)
+            tokens = [rng.randrange(64) for _ in range(n)]
+            non_divisor = next(c for c in range(2, n + 1) if n % c)
+            for size in sorted({1, non_divisor, rng.randint(2, n), n, n + rng.randint(1, 9)}):
+                check(oracle, tokens, size, None, f"无前缀，{n} 个 token，chunk_size={size}")
+            check(oracle, _torch.tensor(tokens), non_divisor, None, f"LongTensor 输入，chunk_size={non_divisor}")
+            prefix = [rng.randrange(64) for _ in range(rng.randint(1, 30))]
+            _, past = oracle(prefix)
+            for size in sorted({1, non_divisor, n + 3}):
+                check(oracle, tokens, size, past, f"带 {len(prefix)} 个 token 的前缀 past_kv，chunk_size={size}")
+
+    threads = _torch.get_num_threads()
+    _torch.set_num_threads(1)  # 张量很小：单线程更快，也不怕与机器上的其他进程争抢
+    try:
+        scenarios()
+    finally:
+        _torch.set_num_threads(threads)
+
+
+_hidden_todo9()
+del _hidden_todo9
+### END HIDDEN TESTS
+_model = TinyCausalLM(TinyConfig(), seed=1)
+_prompt = [5, 17, 42, 8, 8, 30, 1, 63, 12, 7, 19, 2, 50]
+_full_logits, _full_kv = _model(_prompt)
+_logits, _kv = chunked_prefill(_model, _prompt, 5)
+assert tuple(_logits.shape) == tuple(_full_logits.shape), "TODO 9: logits 应覆盖全部新 token（各块按顺序拼接），形状 (T, vocab_size)"
+assert torch.allclose(_logits, _full_logits, rtol=1e-4, atol=1e-5), "TODO 9: 分块 logits 与一次完整前向不一致"
+assert kv_length(_kv) == len(_prompt), "TODO 9: 返回的 past_kv 应覆盖全部 token"
+del _model, _prompt, _full_logits, _full_kv, _logits, _kv
+
+# %% [markdown]
+# ### 34.8　TODO 10：带真实 KV 的前缀缓存
+#
+# 现在把第一部分的账本和真实 KV 接起来。`KVPrefixCache` 用组合的方式持有一个 `PrefixCacheManager`（`self.manager`，负责登记前缀、找最长命中），再用字典 `self.prefix_kv` 保存每个已登记前缀的 KV：键是 `tuple(前缀 token)`，值是恰好覆盖这个前缀的 `past_kv`。
+#
+# **`add_prefix(token_ids)`**：算出前缀的 KV（用 `chunked_prefill`，`chunk_size = self.block_size`），存进 `self.prefix_kv`，再在 `self.manager` 里登记。已经登记过的前缀什么也不做，不要重算。
+#
+# **`prefill(token_ids) -> (logits, past_kv, hit_len)`**：
+#
+# 1. 用 `self.manager.match_prefix` 找最长命中 `match_len`；命中的一定是某个登记过的完整前缀，它的 KV 就在 `self.prefix_kv[tuple(token_ids[:match_len])]`。
+# 2. **整个 prompt 都命中时，最后一个 token 仍要计算。** prefill 的目的之一是得到最后一个位置的 logits，下一个 token 要从它采样；KV 只存了 K 和 V，没有存 logits。所以这时取 `hit_len = len(prompt) - 1`，只复用前 `len - 1` 个位置的 KV（vLLM 也是这么做的）。其余情况 `hit_len = match_len`。
+# 3. 取出缓存的 KV 的前 `hit_len` 个位置（`k[:, :hit_len]`），用 `chunked_prefill(self.model, suffix, self.block_size, past_kv=...)` 只算 `hit_len` 之后的 suffix。
+# 4. 返回 `(logits, past_kv, hit_len)`：`logits` **只含算出来的 suffix token**，形状 `(len(prompt) - hit_len, vocab_size)`，第 `j` 行是位置 `hit_len + j` 的 logits，等于完整前向 logits 的 `[hit_len:]`；`past_kv` 覆盖整个 prompt；`hit_len` 是复用的 token 数（`int`）。
+#
+# **不能改动缓存。** 缓存里的 KV 要被以后的许多请求复用：`prefill` 只能读它，不能把切短的或加长的 KV 写回 `self.prefix_kv`，也不能原地修改其中的张量。
+#
+# 评分时会把 `model` 包一层计数器：`prefill` 送入模型的 token 数必须正好是 `len(prompt) - hit_len`（重算已缓存的前缀会被发现），每次最多 `block_size` 个；还会登记多个前缀、检查无命中和完整命中，并把同一个 prompt prefill 两次、对比结果，确认缓存没被改坏。
+
+# %% nbgrader={"grade": false, "grade_id": "todo10_kv_prefix_cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class KVPrefixCache:
+    """在 PrefixCacheManager 的账本之上保存真实的前缀 KV，prefill 时复用最长命中前缀、只算 suffix。"""
+
+    def __init__(self, model, block_size: int):
+        self.model = model
+        self.block_size = block_size
+        self.manager = PrefixCacheManager(block_size)  # 账本：登记前缀、找最长命中
+        self.prefix_kv = {}  # tuple(前缀 token) -> 恰好覆盖该前缀的 past_kv；只读，prefill 不能改它
+
+    def add_prefix(self, token_ids) -> None:
+        """算出前缀的 KV 存进 self.prefix_kv，并在 self.manager 里登记；已登记的前缀不重算。"""
+        tokens = as_token_list(token_ids)
+        if not tokens:
+            raise ValueError("前缀不能为空")
+        ### BEGIN SOLUTION
+        key = tuple(tokens)
+        if key in self.prefix_kv:
+            return
+        _, self.prefix_kv[key] = chunked_prefill(self.model, tokens, self.block_size)
+        self.manager.add_prefix(tokens)  # KV 算好了再登记：账本里有的前缀一定有 KV
+        ### END SOLUTION
+
+    def prefill(self, token_ids):
+        """复用最长命中前缀的 KV，只计算其后的 suffix（按 block_size 分块）。
+
+        返回 (logits, past_kv, hit_len)：
+        hit_len: 复用的 token 数（int）。等于 self.manager.match_prefix 的结果；整个 prompt
+                 都命中时为 len(prompt) - 1，最后一个 token 仍要计算，才有它的 logits。
+        logits:  只含算出来的 suffix token，形状 (len(prompt) - hit_len, vocab_size)，
+                 等于完整前向 logits 的 [hit_len:]。
+        past_kv: 覆盖整个 prompt 的 KV。self.prefix_kv 里缓存的 KV 不会被修改。
+        """
+        tokens = as_token_list(token_ids)
+        if not tokens:
+            raise ValueError("prompt 不能为空")
+        ### BEGIN SOLUTION
+        match_len = self.manager.match_prefix(tokens)
+        hit_len = min(match_len, len(tokens) - 1)  # 完整命中：仍要算最后一个 token 才有它的 logits
+        past_kv = None
+        if hit_len > 0:
+            cached = self.prefix_kv[tuple(tokens[:match_len])]
+            past_kv = tuple((k[:, :hit_len], v[:, :hit_len]) for k, v in cached)  # 切片是新的视图，缓存本身不动
+        logits, past_kv = chunked_prefill(self.model, tokens[hit_len:], self.block_size, past_kv=past_kv)
+        return logits, past_kv, hit_len
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo10_kv_prefix_cache", "locked": true, "points": 15, "schema_version": 3, "solution": false, "task": false}
+# TODO 10：KVPrefixCache 复用最长命中前缀、只算 suffix，结果与完整前向相同，且不改动缓存
+import contextlib
+
+_todo10_env = contextlib.nullcontext  # 评分时换成参考的 chunked_prefill 与 PrefixCacheManager：TODO 1–9 的错误不连累本格
+### BEGIN HIDDEN TESTS
+def _hidden_todo10():
+    import random as _random
+
+    import torch as _torch
+    import torch.nn.functional as _F
+
+    class OracleLM:
+        """与 TinyCausalLM 接口相同的参考模型：右下角掩码、绝对位置，权重由 seed 决定。"""
+
+        def __init__(self, seed, vocab=64, d=32, n_layers=2, n_heads=2, max_positions=160):
+            g = _torch.Generator().manual_seed(seed)
+
+            def rand(*shape, std=1.0):
+                return _torch.randn(*shape, generator=g) * std
+
+            self.d, self.nh, self.vocab = d, n_heads, vocab
+            self.wte, self.wpe = rand(vocab, d), rand(max_positions, d)
+            self.layers = [
+                (rand(d, 3 * d, std=d**-0.5), rand(d, d, std=d**-0.5), rand(d, 4 * d, std=d**-0.5), rand(4 * d, d, std=(4 * d) ** -0.5))
+                for _ in range(n_layers)
+            ]
+            self.head = rand(d, vocab, std=d**-0.5)
+
+        def __call__(self, token_ids, past_kv=None):
+            idx = _torch.as_tensor(token_ids, dtype=_torch.long)
+            if idx.dim() != 1 or idx.numel() == 0:
+                raise ValueError("token_ids 必须是非空的一维序列")
+            d, nh, hs = self.d, self.nh, self.d // self.nh
+            P, T = (0 if past_kv is None else past_kv[0][0].shape[1]), idx.numel()
+            x = self.wte[idx] + self.wpe[P : P + T]
+            new_kv = []
+            for layer, (w_qkv, w_proj, w_fc, w_out) in enumerate(self.layers):
+                q, k, v = (_F.layer_norm(x, (d,)) @ w_qkv).split(d, dim=-1)
+                q, k, v = (t.view(T, nh, hs).transpose(0, 1) for t in (q, k, v))
+                if past_kv is not None:
+                    k = _torch.cat([past_kv[layer][0], k], dim=1)
+                    v = _torch.cat([past_kv[layer][1], v], dim=1)
+                S = k.shape[1]
+                att = (q @ k.transpose(-2, -1)) * hs**-0.5
+                att = att.masked_fill(~_torch.ones(T, S, dtype=_torch.bool).tril(S - T), float("-inf")).softmax(-1)
+                x = x + (att @ v).transpose(0, 1).reshape(T, d) @ w_proj
+                x = x + _F.gelu(_F.layer_norm(x, (d,)) @ w_fc) @ w_out
+                new_kv.append((k, v))
+            return _F.layer_norm(x, (d,)) @ self.head, tuple(new_kv)
+
+    class Counting:
+        """包住模型，记下每次调用送入了几个 token。"""
+
+        def __init__(self, model):
+            self.model, self.calls = model, []
+
+        def __call__(self, token_ids, past_kv=None):
+            self.calls.append(len(token_ids))
+            return self.model(token_ids, past_kv=past_kv)
+
+    def oracle_chunked_prefill(model, token_ids, chunk_size, past_kv=None):
+        if type(chunk_size) is not int or chunk_size <= 0:
+            raise ValueError(f"chunk_size 必须是正整数，现在是 {chunk_size!r}")
+        if len(token_ids) == 0:
+            raise ValueError("token_ids 不能为空")
+        pieces = []
+        for start in range(0, len(token_ids), chunk_size):
+            logits, past_kv = model(token_ids[start : start + chunk_size], past_kv=past_kv)
+            pieces.append(logits)
+        return _torch.cat(pieces, dim=0), past_kv
+
+    class OracleManager:
+        """参考版 PrefixCacheManager（与第一部分的参考答案行为相同）。"""
+
+        def __init__(self, block_size=4):
+            if block_size <= 0:
+                raise ValueError("block_size must be positive")
+            self.block_size, self.cached_prefixes, self.chunked_prefixes = block_size, [], []
+
+        def _normalize(self, tokens):
+            return list(tokens)
+
+        def _chunk_tokens(self, tokens):
+            tokens = list(tokens)
+            return [tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]
+
+        def add_prefix(self, prefix_tokens):
+            prefix = tuple(prefix_tokens)
+            if prefix not in self.cached_prefixes:
+                self.cached_prefixes.append(prefix)
+                self.chunked_prefixes.append(self._chunk_tokens(prefix))
+
+        def match_prefix(self, prompt_tokens):
+            prompt = list(prompt_tokens)
+            return max((len(p) for p in self.cached_prefixes if len(p) <= len(prompt) and prompt[: len(p)] == list(p)), default=0)
+
+        def split_prompt(self, prompt_tokens):
+            prompt = list(prompt_tokens)
+            hit = self.match_prefix(prompt)
+            return prompt[:hit], prompt[hit:], hit
+
+        def chunked_prefill_plan(self, prompt_tokens):
+            return self._chunk_tokens(prompt_tokens)
+
+        def cache_stats(self, prompt_tokens):
+            prompt = list(prompt_tokens)
+            hit = self.match_prefix(prompt)
+            return {"hit_tokens": hit, "uncached_tokens": len(prompt) - hit, "reuse_ratio": round(hit / len(prompt), 4) if prompt else 0.0}
+
+        def chunked_suffix_prefill_plan(self, prompt_tokens):
+            return self._chunk_tokens(self.split_prompt(prompt_tokens)[1])
+
+    def oracle_as_token_list(token_ids):
+        if isinstance(token_ids, _torch.Tensor):
+            return [int(t) for t in token_ids.tolist()]
+        return [int(t) for t in token_ids]
+
+    @contextlib.contextmanager
+    def oracles():
+        """暂时把 KVPrefixCache 依赖的全局名字换成参考实现，结束时换回。"""
+        replaced = {"chunked_prefill": oracle_chunked_prefill, "PrefixCacheManager": OracleManager, "as_token_list": oracle_as_token_list}
+        namespace = globals()
+        missing = object()
+        saved = {name: namespace.get(name, missing) for name in replaced}
+        namespace.update(replaced)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is missing:
+                    namespace.pop(name, None)
+                else:
+                    namespace[name] = value
+
+    def close(a, b):
+        return tuple(a.shape) == tuple(b.shape) and _torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+
+    def tensors(obj):
+        """把任意嵌套的 tuple / list / dict 里的张量按顺序取出来。"""
+        if isinstance(obj, _torch.Tensor):
+            return [obj]
+        if isinstance(obj, dict):
+            return [t for key in sorted(obj, key=repr) for t in tensors(obj[key])]
+        if isinstance(obj, (list, tuple)):
+            return [t for item in obj for t in tensors(item)]
+        return []
+
+    def snapshot(cache):
+        store = getattr(cache, "prefix_kv", None)
+        if type(store) is not dict:
+            return None
+        return {key: [t.clone() for t in tensors(value)] for key, value in store.items()}
+
+    def check_cache_unchanged(cache, before, label):
+        if before is None:
+            return
+        after = {key: tensors(value) for key, value in cache.prefix_kv.items()}
+        assert after.keys() == before.keys(), f"TODO 10 [{label}]: prefill 不应增删 self.prefix_kv 的条目"
+        for key, saved in before.items():
+            same = len(saved) == len(after[key]) and all(a.shape == b.shape and _torch.equal(a, b) for a, b in zip(saved, after[key]))
+            assert same, f"TODO 10 [{label}]: prefill 改动了缓存里长度为 {len(key)} 的前缀 KV（写回了切短/加长的 KV 或原地修改）：缓存只能读，复用时取切片"
+
+    def check(cache, model, oracle, prompt, expected_hit, label, before):
+        n = len(prompt)
+        full_hit = expected_hit == n
+        want_hit = n - 1 if full_hit else expected_hit
+        full_logits, full_kv = oracle(prompt)
+        model.calls.clear()
+        try:
+            result = cache.prefill(prompt)
+        except Exception as exc:
+            if full_hit:
+                raise AssertionError(f"TODO 10 [{label}]: 整个 prompt 都已缓存时出错：{exc!r}。完整命中时仍要计算最后一个 token（hit_len = len(prompt) - 1）才有它的 logits；缓存条目的键是完整的命中前缀 tuple(tokens[:match_len])") from exc
+            raise AssertionError(f"TODO 10 [{label}]: prefill 出错：{exc!r}") from exc
+        assert type(result) is tuple and len(result) == 3, f"TODO 10 [{label}]: prefill 应返回 (logits, past_kv, hit_len) 三元组"
+        logits, kv, hit_len = result
+        assert type(hit_len) is int, f"TODO 10 [{label}]: hit_len 应是 int，得到 {type(hit_len).__name__}"
+        if full_hit:
+            assert hit_len == want_hit, f"TODO 10 [{label}]: 整个 prompt 都已缓存时 hit_len 应为 len(prompt) - 1 = {want_hit}（最后一个 token 仍要计算，才有它的 logits），得到 {hit_len}"
+        else:
+            assert hit_len == want_hit, f"TODO 10 [{label}]: hit_len 应等于 manager.match_prefix 给出的最长命中 {want_hit}，得到 {hit_len}"
+        fed = sum(model.calls)
+        assert fed == n - want_hit, f"TODO 10 [{label}]: 只应计算 suffix 的 {n - want_hit} 个 token，实际送入模型 {fed} 个" + ("：重算了已缓存的前缀" if fed > n - want_hit else "")
+        assert max(model.calls) <= cache.block_size, f"TODO 10 [{label}]: suffix 应按 block_size={cache.block_size} 分块送入（chunked_prefill），实际有一次送入了 {max(model.calls)} 个"
+        check_cache_unchanged(cache, before, label)
+        assert isinstance(logits, _torch.Tensor), f"TODO 10 [{label}]: logits 应是张量"
+        assert tuple(logits.shape) == (n - want_hit, oracle.vocab), f"TODO 10 [{label}]: logits 只含算出来的 suffix token，形状应为 {(n - want_hit, oracle.vocab)}，得到 {tuple(logits.shape)}"
+        assert close(logits, full_logits[want_hit:]), f"TODO 10 [{label}]: 复用前缀 KV 后的 logits 与完整前向的 [hit_len:] 不一致（取错了缓存条目，或复用的 KV 长度与 hit_len 不符？）"
+        assert kv is not None and len(kv) == len(full_kv), f"TODO 10 [{label}]: 返回的 past_kv 应有 {len(full_kv)} 层"
+        for layer, ((k, v), (k_ref, v_ref)) in enumerate(zip(kv, full_kv)):
+            assert k.shape[1] == n, f"TODO 10 [{label}]: 返回的 past_kv 应覆盖整个 prompt 的 {n} 个位置，第 {layer} 层有 {k.shape[1]} 个"
+            assert close(k, k_ref) and close(v, v_ref), f"TODO 10 [{label}]: 第 {layer} 层返回的 KV 与完整前向不一致"
+        return logits
+
+    def scenarios():
+        rng = _random.Random(34)
+        with oracles():
+            for block_size in (1, 3, 4, 7):
+                oracle = OracleLM(seed=rng.randrange(10**6))
+                model = Counting(oracle)
+                cache = KVPrefixCache(model, block_size)
+
+                def tokens(k):
+                    return [rng.randrange(64) for _ in range(k)]
+
+                cold = tokens(rng.randint(3, 20))
+                check(cache, model, oracle, cold, 0, f"block_size={block_size}，空缓存：无命中", snapshot(cache))
+                short = tokens(rng.randint(2, 9))
+                long = short + tokens(rng.randint(2, 12))
+                other = [(long[0] + 1) % 64] + tokens(rng.randint(2, 10))
+                for prefix in (short, long, other):
+                    cache.add_prefix(prefix)
+                model.calls.clear()
+                cache.add_prefix(list(long))
+                assert model.calls == [], f"TODO 10 [block_size={block_size}]: 重复登记同一个前缀不应再调用模型"
+                before = snapshot(cache)
+                if before is not None:
+                    assert set(before) == {tuple(short), tuple(long), tuple(other)}, "TODO 10: self.prefix_kv 的键应是 tuple(前缀 token)，每个登记过的前缀一个"
+                diverge = short + [(long[len(short)] + 1) % 64] + tokens(rng.randint(0, 6))
+                cases = [
+                    (long + tokens(rng.randint(1, 15)), len(long), "命中较长的前缀"),
+                    (diverge, len(short), "在较长前缀中途分叉，只命中较短的前缀"),
+                    (long, len(long), "完整命中较长的前缀"),
+                    (short, len(short), "完整命中较短的前缀"),
+                    (long[: len(short) + 1], len(short), "prompt 比较长的前缀短"),
+                    (other + tokens(rng.randint(1, 8)), len(other), "命中另一个前缀"),
+                    (tokens(rng.randint(1, 12)) + short, 0, "前缀出现在中间，不算命中"),
+                    (long + tokens(rng.randint(1, 9)), len(long), "完整命中之后再命中同一前缀"),
+                ]
+                first_results = []
+                for prompt, hit, label in cases:
+                    if hit == 0 and any(prompt[: len(p)] == p for p in (short, long, other)):
+                        continue  # 随机前缀碰巧命中，跳过
+                    first_results.append((prompt, hit, check(cache, model, oracle, prompt, hit, f"block_size={block_size}，{label}", before)))
+                check(cache, model, oracle, _torch.tensor(long), len(long), f"block_size={block_size}，LongTensor 输入", before)
+                for prompt, hit, first in first_results:
+                    again = check(cache, model, oracle, prompt, hit, f"block_size={block_size}，同一 prompt 第二次 prefill", before)
+                    assert _torch.equal(again, first), f"TODO 10 [block_size={block_size}]: 同一 prompt 两次 prefill 结果不同：第一次 prefill 改坏了缓存"
+        return oracles
+
+    threads = _torch.get_num_threads()
+    _torch.set_num_threads(1)  # 张量很小：单线程更快，也不怕与机器上的其他进程争抢
+    try:
+        return scenarios()
+    finally:
+        _torch.set_num_threads(threads)
+
+
+_todo10_env = _hidden_todo10()  # 隐藏测试通过后，下面的可见断言也在参考实现下运行
+del _hidden_todo10
+### END HIDDEN TESTS
+with _todo10_env():
+    _model = TinyCausalLM(TinyConfig(), seed=2)
+    _cache = KVPrefixCache(_model, block_size=4)
+    _cache.add_prefix([1, 2, 3, 4, 5, 6])
+    _prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    _logits, _kv, _hit = _cache.prefill(_prompt)
+    _full_logits, _ = _model(_prompt)
+    assert _hit == 6, f"TODO 10: 应命中 6 个 token，得到 {_hit}"
+    assert tuple(_logits.shape) == (3, 64), "TODO 10: logits 只含算出来的 suffix token"
+    assert torch.allclose(_logits, _full_logits[6:], rtol=1e-4, atol=1e-5), "TODO 10: 复用前缀后的 logits 与完整前向不一致"
+    assert _cache.prefill([1, 2, 3, 4, 5, 6])[2] == 5, "TODO 10: 完整命中时仍要计算最后一个 token，hit_len = len(prompt) - 1"
+del _todo10_env, _model, _cache, _prompt, _logits, _kv, _hit, _full_logits
+
+# %% [markdown] tags=["solutions-only"]
+# #### 参考答案解析（TODO 9–10）
+#
+# **TODO 9　分块预填充。** 循环 `for start in range(0, len(token_ids), chunk_size)`，每块 `token_ids[start : start + chunk_size]`（切片越界自动截断，尾块和“chunk 比 prompt 长”都不用特判），调用 `logits, past_kv = model(chunk, past_kv=past_kv)`，最后 `torch.cat` 各块 logits。关键只有一处：**把上一块返回的 `past_kv` 交给下一块**，第一块用调用者传进来的 `past_kv`。模型从 `past_kv` 的长度推出位置偏移和掩码偏移；传 `None` 就等于说“我在位置 0”，位置会从 0 重数、掩码按左上角对齐，后面的块看不到前面的 token；一直传最初的 `past_kv`，每块就只看得到前缀。
+#
+# **TODO 10　带真实 KV 的前缀缓存。** `add_prefix`：已登记就返回；否则 `chunked_prefill` 算出 KV 存进 `self.prefix_kv[tuple(tokens)]`，再 `self.manager.add_prefix`——先有 KV 再登记，账本里出现的前缀就一定能取到 KV。`prefill`：`match_len = self.manager.match_prefix(tokens)`，`hit_len = min(match_len, len(tokens) - 1)`；命中时从 `self.prefix_kv[tuple(tokens[:match_len])]` 取出 KV，每层切 `k[:, :hit_len]`（完整命中时少一个位置，否则就是整条），再 `chunked_prefill(self.model, tokens[hit_len:], self.block_size, past_kv=...)`。切片是新的视图、`torch.cat` 生成新张量，缓存条目本身从不被写。常见错误：完整命中时 `hit_len = match_len`（suffix 为空，没有 logits）；用 `tokens[:hit_len]` 当键（完整命中时这个键不存在）；把切短的 KV 写回缓存（之后命中同一前缀的请求会少一个位置，位置错位）；命中后仍把整个 prompt 送进模型。
+#
+# 真实系统多走一步：vLLM 在 prefill 时顺手把算好的每个满块登记进缓存，`add_prefix` 这一步就省了；SGLang 用基数树保存前缀，命中可以停在任意 token 上，而不只是“登记过的完整前缀”。
+
+# %% [markdown]
+# ### 34.9　代价模型：命中 h 能省多少？
+#
+# 设模型有 `L` 层、宽度 `d`，`N` 个非嵌入参数（这里把 `lm_head` 也算进去：每个新 token 都要算一次 logits）。prefill `T` 个 token 的浮点运算量：
+#
+# - **线性层：** 每个 token 过一遍全部权重，约 `2N` 次运算，合计 `2N·T`。
+# - **注意力：** 位置 `t` 的 query 要和 `t + 1` 个 key 做点积、再对同样多个 value 加权，每层约 `4·d·t` 次运算；对 `t = 0..T-1` 求和，`L` 层合计约 `2·L·d·T²`。
+#
+# 命中前 `hT` 个 token 后，只算位置 `hT..T-1`：线性层变成 `2N·(1−h)·T`；注意力仍要看全部前缀，求和区间变成 `[hT, T)`，得到 `2·L·d·T²·(1−h²)`。两者之比就是加速比的代价模型：
+#
+# $$S(h, T) = \frac{2NT + 2LdT^2}{2NT(1-h) + 2LdT^2(1-h^2)} = \frac{N + L\,d\,T}{N(1-h) + L\,d\,T\,(1-h^2)}$$
+#
+# 读这个式子：`T` 很小时注意力可以忽略，`S ≈ 1/(1−h)`，和 `reuse_ratio` 的直觉一致；`T` 很大时注意力占主导，`S → 1/(1−h²)`——命中 90% 只剩约 5.3 倍，因为没命中的那 10% 恰好是最贵的位置，它们要看的前缀最长。所以 token 级的 `reuse_ratio` 不等于时间的节省比例。
+#
+# 两点说明：（1）我们的注意力先算完整的 `T × S` 分数再掩码，被掩掉的上三角也算了；下面的计时里，基线（空缓存，`h = 0`）与命中路径都走 `chunked_prefill`、按 `block_size` 分块，被白算的只剩每块对角线上的小三角，约多出 `block_size / T` 的注意力运算，与代价模型的假设基本一致。（2）代价模型只数浮点运算：调用开销、KV 拼接（`torch.cat` 每块复制一次已有 KV）和内存带宽都不在里面，suffix 越短，这些固定开销的占比越大，实测/模型 的比值就越低。
+#
+# 下面的单元格先定义测量用的工具函数（GPU 实验和 `bench/bench_kv.py` 也用它们），再在 CPU 上实测。
+
+# %% nbgrader={"grade": false, "grade_id": "kv_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def time_prefill(fn, repeats=5, warmup=1, synchronize=None) -> float:
+    """先不计时地运行 fn() warmup 次，再计时 repeats 次，返回秒数的中位数。GPU 上把 torch.cuda.synchronize 传给 synchronize。"""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        if synchronize is not None:
+            synchronize()
+        start = time.perf_counter()
+        fn()
+        if synchronize is not None:
+            synchronize()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def non_embedding_params(model) -> int:
+    """代价模型里的 N：除词嵌入 wte 和位置表 wpe 之外的参数个数（lm_head 计入）。"""
+    embeddings = {id(model.wte.weight), id(model.wpe.weight)}
+    return sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
+
+
+def cost_model_speedup(hit_ratio, num_tokens, num_params, n_layers, d_model) -> float:
+    """S(h, T) = (N + L·d·T) / (N·(1−h) + L·d·T·(1−h²))：完整 prefill 与命中 h 后 prefill 的运算量之比。"""
+    h, lin, att = hit_ratio, num_params, n_layers * d_model * num_tokens
+    return (lin + att) / (lin * (1 - h) + att * (1 - h * h))
+
+
+def attention_peak_bytes(model, run) -> int:
+    """运行 run()，返回其间出现过的最大的一个注意力分数张量 (n_heads, T, S) 的字节数。
+
+    量法：在每层的 scores_tap 上挂 forward hook，记下经过它的张量大小，结束后取下 hook。
+    它量的是“分数张量有多大”，不是分配器的总峰值（掩码、softmax 输出、KV 等另算）。
+    """
+    peak = 0
+
+    def record(module, inputs, output):
+        nonlocal peak
+        peak = max(peak, output.numel() * output.element_size())
+
+    hooks = [m.scores_tap.register_forward_hook(record) for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    try:
+        run()
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return peak
+
+
+def analytic_attention_peak_bytes(config, num_tokens, chunk_size=None, past_len=0, bytes_per_element=4) -> int:
+    """分块预填充时最大的注意力分数张量的字节数（chunk_size=None 表示一次性）。
+
+    第 j 块有 c_j 个 query、要看 past_len + (第 j 块末尾位置) 个 key，分数张量 n_heads · c_j · keys 个元素；
+    满块里最后一块最大，不满的尾块看的 key 最多，两者取大。
+    """
+    chunk = num_tokens if chunk_size is None else min(chunk_size, num_tokens)
+    full_chunks, tail = divmod(num_tokens, chunk)
+    largest = chunk * (past_len + full_chunks * chunk)
+    if tail:
+        largest = max(largest, tail * (past_len + num_tokens))
+    return config.n_heads * largest * bytes_per_element
+
+
+def kv_cache_bytes(config, num_tokens, bytes_per_element=4) -> int:
+    """num_tokens 个 token 的 KV cache 字节数：每层 K、V 各 num_tokens × d_model 个元素。"""
+    return 2 * config.n_layers * num_tokens * config.d_model * bytes_per_element
+
+
+def random_prompt(num_tokens, vocab_size, seed=0) -> list:
+    rng = random.Random(seed)
+    return [rng.randrange(vocab_size) for _ in range(num_tokens)]
+
+
+def measure_cached_speedup(model, num_tokens, hit_ratios, block_size, repeats=5, seed=0, synchronize=None) -> list:
+    """同一个随机 prompt：空缓存（h = 0，每个 token 都算）与缓存了前 round(h·T) 个 token 时 prefill 的耗时之比。
+
+    两条路径都用 KVPrefixCache.prefill（按 block_size 分块），轮流计时、各取中位数；返回每个 h 一行的 dict。
+    """
+    prompt = random_prompt(num_tokens, model.config.vocab_size, seed)
+    num_params, config = non_embedding_params(model), model.config
+    baseline = KVPrefixCache(model, block_size)
+    baseline.prefill(prompt)  # 预热
+    rows = []
+    for hit_ratio in hit_ratios:
+        cache = KVPrefixCache(model, block_size)
+        if round(hit_ratio * num_tokens) > 0:
+            cache.add_prefix(prompt[: round(hit_ratio * num_tokens)])
+        hit_len = cache.prefill(prompt)[2]  # 顺带预热
+        full, cached = [], []
+        for _ in range(repeats):  # 轮流计时，机器状态的漂移对两边一样
+            full.append(time_prefill(lambda: baseline.prefill(prompt), repeats=1, warmup=0, synchronize=synchronize))
+            cached.append(time_prefill(lambda: cache.prefill(prompt), repeats=1, warmup=0, synchronize=synchronize))
+        measured = statistics.median(full) / statistics.median(cached)
+        predicted = cost_model_speedup(hit_len / num_tokens, num_tokens, num_params, config.n_layers, config.d_model)
+        rows.append({
+            "h": hit_ratio, "hit_len": hit_len, "full_ms": 1e3 * statistics.median(full), "cached_ms": 1e3 * statistics.median(cached),
+            "measured": measured, "model": predicted, "ratio": measured / predicted,
+        })
+    return rows
+
+
+def measure_attention_peaks(model, num_tokens, chunk_sizes, seed=0) -> list:
+    """一次性（chunk_size=None）与分块预填充的最大注意力分数张量：实测（hook）与解析值并排，每个 chunk_size 一行。"""
+    prompt = random_prompt(num_tokens, model.config.vocab_size, seed)
+    rows = []
+    for chunk_size in chunk_sizes:
+        if chunk_size is None:
+            measured = attention_peak_bytes(model, lambda: model(prompt))
+        else:
+            measured = attention_peak_bytes(model, lambda size=chunk_size: chunked_prefill(model, prompt, size))
+        analytic = analytic_attention_peak_bytes(model.config, num_tokens, chunk_size)
+        rows.append({"chunk": "一次性" if chunk_size is None else chunk_size, "measured_kib": measured / 1024, "analytic_kib": analytic / 1024, "ratio": measured / analytic})
+    one_shot = analytic_attention_peak_bytes(model.config, num_tokens)
+    for row in rows:
+        row["vs_one_shot"] = row["analytic_kib"] * 1024 / one_shot
+        row["kv_kib"] = kv_cache_bytes(model.config, num_tokens) / 1024
+    return rows
+
+
+def format_table(rows, columns) -> str:
+    """rows: dict 的列表；columns: (键, 表头, 格式) 的列表，例如 ("h", "命中率 h", "{:.2f}")；返回 Markdown 表格。"""
+    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in columns) + " |")
+    return "\n".join(lines)
+
+
+SPEEDUP_COLUMNS = [
+    ("h", "命中率 h", "{:.2f}"), ("hit_len", "复用 token", "{}"), ("full_ms", "完整 prefill (ms)", "{:.2f}"),
+    ("cached_ms", "命中后 prefill (ms)", "{:.2f}"), ("measured", "实测加速比", "{:.2f}"), ("model", "模型 S(h,T)", "{:.2f}"),
+    ("ratio", "实测/模型", "{:.2f}"),
+]
+MEMORY_COLUMNS = [
+    ("chunk", "chunk_size", "{}"), ("measured_kib", "实测最大分数张量 (KiB)", "{:.0f}"), ("analytic_kib", "解析值 (KiB)", "{:.0f}"),
+    ("ratio", "实测/解析", "{:.3f}"), ("vs_one_shot", "相对一次性", "{:.3f}"), ("kv_kib", "KV cache (KiB，不变)", "{:.0f}"),
+]
+
+# %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "kv_measure_speedup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 实测：命中率 h 与 prefill 耗时（CPU、float32、单个 prompt；几秒钟）
+speed_config = TinyConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_positions=512)
+speed_model = TinyCausalLM(speed_config, seed=0)
+speed_threads = torch.get_num_threads()
+torch.set_num_threads(1)  # 单线程计时：小矩阵上多线程的同步开销、机器上其他进程的干扰都会让数字大幅抖动
+try:
+    speed_rows = measure_cached_speedup(speed_model, num_tokens=512, hit_ratios=(0, 0.25, 0.5, 0.75, 0.9, 0.95), block_size=64, repeats=5)
+except NotImplementedError:
+    speed_rows = []
+    print("请先完成 TODO 9 和 TODO 10（以及第一部分的 TODO），再运行本测量。")
+finally:
+    torch.set_num_threads(speed_threads)
+if speed_rows:
+    print(f"T = 512，d = 128，L = 2，N = {non_embedding_params(speed_model):,}，block_size = 64，单线程，各取 5 次的中位数")
+    print(format_table(speed_rows, SPEEDUP_COLUMNS))
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
+    if plt is not None:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        ax.plot([r["h"] for r in speed_rows], [r["measured"] for r in speed_rows], "o-", label="measured")
+        ax.plot([r["h"] for r in speed_rows], [r["model"] for r in speed_rows], "s--", label="cost model S(h,T)")
+        ax.set_xlabel("hit ratio h")
+        ax.set_ylabel("prefill speedup")
+        ax.set_title("cached vs full prefill, T=512 (CPU)")
+        ax.legend()
+        plt.show()
+
+# %% [markdown]
+# ### 分块预填充省下了什么，没省下什么
+#
+# 一次性预填充 `T` 个 token 时，每层的注意力分数张量是 `(n_heads, T, T)`，随 `T` 平方增长；按 `c` 个 token 一块送入时，第 `j` 块的分数张量是 `(n_heads, c, 已有 token + c)`，最大的一块约 `n_heads · c · T`。所以注意力的工作集从 `O(T²)` 降到 `O(c·T)`，MLP 的中间激活也从 `T × 4d` 降到 `c × 4d`。
+#
+# **没省下的：**
+#
+# - **KV cache 本身。** prefill 结束时 `T` 个 token 的 K、V 一个不少：`2 · L · T · d` 个元素，和分不分块无关。下表最后一列就是它。
+# - **运算量。** 每个 token 仍要看它前面的全部 token，总 FLOPs 不变（我们的实现把掩掉的部分也算了，分块后白算的反而更少）。
+# - **时间。** 块越小，调用次数越多；每块都要把已有 KV 重新读一遍，朴素的连续 KV（`torch.cat`）还要每块复制一遍。分块换来的是峰值内存和调度的灵活性：serving 系统把一个长 prompt 拆开，和其他请求的 decode 步交错执行，避免长 prefill 一次占满 GPU、卡住别人的 token（Sarathi-Serve、vLLM 的 chunked prefill 就是为此）。这一点这里没有测。
+#
+# 下表的“实测”是用 `scores_tap` 上的 hook 记下的最大一个分数张量的字节数；它验证的是“分块后的分数张量确实是这个形状”，不是分配器的总峰值（掩码、softmax 的输出、KV 拼接也要内存）。真实的峰值显存请看最后的 GPU 实验：它用 `torch.cuda.max_memory_allocated` 量整个 prefill。
+
+# %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "kv_measure_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 实测：一次性与分块预填充的最大注意力分数张量（hook 实测 vs 解析值）
+memory_config = TinyConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_positions=512)
+memory_model = TinyCausalLM(memory_config, seed=0)
+try:
+    memory_rows = measure_attention_peaks(memory_model, num_tokens=512, chunk_sizes=(None, 256, 200, 128, 64, 16))
+except NotImplementedError:
+    memory_rows = []
+    print("请先完成 TODO 9，再运行本测量。")
+if memory_rows:
+    print("T = 512，n_heads = 4，float32；解析值 = n_heads · max_j c_j · (第 j 块末尾位置) · 4 字节")
+    print(format_table(memory_rows, MEMORY_COLUMNS))
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
+    if plt is not None:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        labels = [str(r["chunk"]) if r["chunk"] != "一次性" else "one-shot" for r in memory_rows]
+        ax.bar(labels, [r["measured_kib"] for r in memory_rows], label="largest attention scores (measured)")
+        ax.axhline(memory_rows[0]["kv_kib"], color="gray", linestyle="--", label="KV cache (unchanged)")
+        ax.set_xlabel("chunk_size")
+        ax.set_ylabel("KiB")
+        ax.legend()
+        plt.show()
+
+# %% [markdown]
+# ### 证据边界：这一部分证明了什么，没证明什么
+#
+# - **证明了：** 在一个随机权重的小 Transformer 上，分块预填充、以及复用缓存前缀后只算 suffix，得到的 logits 和 KV 与一次完整前向一致（`torch.allclose`，`atol = 1e-5`）。等式来自因果性，与权重是否训练过、模型大小无关；右下角对齐的掩码和绝对位置是它成立的两个前提。评分测试用随机 prompt、多种 chunk 大小和前缀组合检查了这一点。
+# - **测量了：** 单个 prompt 在 2 核左右的 CPU 上、float32 小模型的 prefill 耗时，以及 hook 看到的最大注意力分数张量。加速比的趋势和代价模型一致；绝对数值受 CPU、线程数、调用开销影响很大，只能说明“命中越多越快、且比 `1/(1−h)` 慢”，不能当作 GPU 上的数字。
+# - **没有测：** batch、调度、TTFT / TPOT、吞吐、显存碎片、真实模型的权重与 kernel（FlashAttention、分页 KV）。这些需要 serving 级别的 benchmark（第 69 节）。最后的 GPU 实验给出分配器层面的峰值显存，但仍只是这个小模型上的一次 prefill。
+
+# %% [markdown]
 # <!-- KV-SECTION-ANCHOR: the issue-4 section (TODO 9-10) is inserted above this cell -->
 
 # %% [markdown]
@@ -694,8 +1657,8 @@ del _hidden_todo8
 
 # %% nbgrader={"grade": false, "grade_id": "block_prefix_cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 
 class CacheFullError(RuntimeError):
@@ -713,8 +1676,8 @@ class PhysicalBlock:
 
     block_id: int
     ref_count: int = 0
-    key: Optional[int] = None
-    parent_key: Optional[int] = None
+    key: int | None = None
+    parent_key: int | None = None
     token_ids: tuple = ()
 
 
@@ -847,7 +1810,7 @@ class BlockPrefixCache:
         return self.num_hit_tokens / self.num_queried_tokens
 
     # ------------------------------------------------------------------ 已给出的积木
-    def _hash_block(self, parent_key: Optional[int], token_ids: tuple) -> int:
+    def _hash_block(self, parent_key: int | None, token_ids: tuple) -> int:
         """一个满块的 key：覆盖父块的 key 和本块的 token。测试会替换它来制造碰撞。"""
         return hash((parent_key, token_ids))
 
@@ -1188,7 +2151,7 @@ del _hidden_test_todo11
 class _Stub12(BlockPrefixCache):
     """测试替身：match 返回事先指定的 hits，_record_query 什么都不做——只考 acquire 自己。"""
 
-    hits = []
+    hits = ()
 
     def match(self, token_ids):
         return list(self.hits)
@@ -1360,7 +2323,7 @@ def _hidden_test_todo12():
             raise AssertionError(f"{TODO}: 需要 {need} 个新块、能腾出 {room} 个，不应抛出 CacheFullError") from None
         except NotImplementedError:
             raise
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001
             raise AssertionError(f"{TODO}: acquire({tokens}) 意外地抛出了 {type(error).__name__}: {error}") from None
         assert type(ids) is list, f"{TODO}: acquire 应返回 list，得到 {type(ids).__name__}"
         num_full = len(tokens) // c.block_size
@@ -1753,8 +2716,7 @@ del _hidden_test_todo14
 # 为了对照淘汰策略，还给出两个子类：`FIFOBlockPrefixCache` 淘汰**最早登记**的块（不管最近有没有用过），`RandomBlockPrefixCache` 随机淘汰。一个块被淘汰后，它在缓存里的后代也就再也查不到了，所以这两个子类连同后代一起淘汰（后代一定也可淘汰：后代被引用时父块必然也被引用）。
 
 # %% nbgrader={"grade": false, "grade_id": "block_simulator", "locked": true, "schema_version": 3, "solution": false, "task": false}
-import random
-from collections import deque
+from random import Random
 
 
 def random_tokens(rng, n, vocab_size=32000):
@@ -1802,7 +2764,7 @@ def few_shot_trace(rng, num_requests=200, num_tasks=3, instruction_len=96, pool_
 
 def make_workloads(seed=34):
     """三种负载，固定种子；返回 {名字: 请求列表}。"""
-    rng = random.Random(seed)
+    rng = Random(seed)
     return {
         "system-prompt": system_prompt_trace(rng),
         "multi-turn": multi_turn_trace(rng),
@@ -1911,7 +2873,7 @@ class RandomBlockPrefixCache(_PolicyBlockPrefixCache):
 
     def __init__(self, block_size, num_blocks, seed=34):
         super().__init__(block_size, num_blocks)
-        self._rng = random.Random(seed)
+        self._rng = Random(seed)
 
     def _pick_victim(self):
         return self._rng.choice(list(self._evictable))
@@ -1924,9 +2886,6 @@ class RandomBlockPrefixCache(_PolicyBlockPrefixCache):
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "measure_block_hit_rate", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 测量：三种负载下，块级缓存的 token 命中率随 num_blocks 的变化，对照不限容量的 PrefixCacheManager
 def _show_hit_rate_vs_capacity(block_size=16, capacities=(64, 128, 256, 512, 1024, 2048)):
-    import time
-
-    start = time.perf_counter()
     workloads = make_workloads(seed=34)
     try:
         rates = {name: [simulate(BlockPrefixCache(block_size, n), trace) for n in capacities] for name, trace in workloads.items()}
@@ -1944,22 +2903,22 @@ def _show_hit_rate_vs_capacity(block_size=16, capacities=(64, 128, 256, 512, 102
         print(f"| {n} | " + " | ".join(f"{rates[name][i]:.3f}" for name in names) + " |")
     print("| PrefixCacheManager（不限容量） | " + " | ".join(seed_rates[name] for name in names) + " |")
     print("| 不淘汰所需块数 | " + " | ".join(str(num_distinct_full_blocks(workloads[name], block_size)) for name in names) + " |")
-    print(f"\n（请求数：{', '.join(f'{name} {len(workloads[name])}' for name in names)}；用时 {time.perf_counter() - start:.1f} s）")
+    print(f"\n（请求数：{', '.join(f'{name} {len(workloads[name])}' for name in names)}）")
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         print("没有安装 matplotlib：只打印表格。")
         return
-    fig, ax = plt.subplots(figsize=(6.4, 4))
+    _, ax = plt.subplots(figsize=(6.4, 4))
     for name in names:
         (line,) = ax.plot(capacities, rates[name], marker="o", label=f"BlockPrefixCache: {name}")
         if not seed_rates[name].startswith("（"):
-            ax.axhline(float(seed_rates[name]), color=line.get_color(), linestyle="--", linewidth=1)
+            ax.axhline(float(seed_rates[name]), color=line.get_color(), linestyle="--", linewidth=1, label=f"PrefixCacheManager (unbounded): {name}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("num_blocks (block_size=16)")
     ax.set_ylabel("token hit rate")
-    ax.set_ylim(0, 1)
-    ax.set_title("hit rate vs capacity (dashed: unbounded PrefixCacheManager)")
+    ax.set_ylim(-0.02, 1)
+    ax.set_title("token hit rate vs capacity")
     ax.legend(fontsize=8)
     plt.show()
 

@@ -1,0 +1,58 @@
+"""Grading survives what students hand in: Colab round trips, broken files, hostile code."""
+
+import pytest
+
+from grader.kit.nbsource import NOTEBOOK_NAME
+from tests.conftest import autograde, read_nb
+from tests.fixtures.adversarial import ATTACKS
+
+
+@pytest.fixture(scope="session")
+def attacked(fresh_build, tmp_path_factory):
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    submissions = tmp_path_factory.mktemp("attacks")
+    for attack in ATTACKS:
+        (submissions / f"{attack.name}.ipynb").write_bytes(attack.make(release, solutions))
+    report = tmp_path_factory.mktemp("attack-report")
+    run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course",
+                          extra=["--cell-timeout", "30", "--notebook-timeout", "120"])
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {"run": run, "rows": rows, "report": report}
+
+
+def test_catalogue_has_at_least_15_attacks():
+    assert len(ATTACKS) >= 15 and len({a.name for a in ATTACKS}) == len(ATTACKS)
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_attack_ends_as_its_expected_status_and_score(attacked, attack):
+    row = attacked["rows"][attack.name]
+    score, maximum = float(row["score"]), float(row["max_score"])
+    assert row["status"] == attack.status, f"{row['status']}: {row['reason']}"
+    expected = {"full": score == maximum, "zero": score == 0, "partial": 0 < score < maximum}[attack.score]
+    assert expected, f"score {score}/{maximum}, expected {attack.score}"
+    if attack.status != "graded":
+        assert row["reason"], "a row that is not graded must say why"
+
+
+def test_every_submission_in_the_batch_gets_a_row_and_a_feedback_page(attacked):
+    assert set(attacked["rows"]) == {a.name for a in ATTACKS}
+    for name in attacked["rows"]:
+        assert (attacked["report"] / "feedback" / f"{name}.html").stat().st_size > 0
+
+
+def test_repairs_are_listed_in_the_csv_for_the_colab_round_trip(attacked):
+    repairs = attacked["rows"]["correct-with-all-metadata-stripped-by-colab"]["repairs"]
+    assert repairs.startswith(tuple(f"{n} repair" for n in range(1, 100))), repairs
+    assert attacked["rows"]["test-cells-deleted"]["repairs"] != "no repairs"
+
+
+def test_sandboxed_kernel_finds_no_hidden_tests_on_disk(attacked):
+    page = (attacked["report"] / "feedback" / "reads-hidden-tests-past-the-scanner.html").read_text(encoding="utf-8")
+    assert "matches: []" in page
+
+
+def test_output_flood_is_cut_short_in_the_feedback(attacked):
+    page = attacked["report"] / "feedback" / "output-flood.html"
+    assert page.stat().st_size < 5_000_000
