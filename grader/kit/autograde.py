@@ -5,7 +5,7 @@
 SUBMISSIONS holds `<student_id>.ipynb` files as students download them. For each one the
 grader normalises the notebook against the release (`normalize.py`), copies the grading
 course (`build/grading-course`: config, source, gradebook) into a fresh working directory,
-and runs nbgrader's own `autograde` and `generate_feedback` there, in a forked process, with
+and runs nbgrader's own `autograde` there, in a forked process, with
 the kernel inside bubblewrap (`sandbox.py`). Nothing a submission does reaches the template
 course, the report, the repository or another submission; a kernel that dies, hangs or
 floods becomes a row with its status, never a crash and never a stale grade.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import integrity, report
+from . import feedback, integrity, report
 from .build import GRADING_COURSE, STUDENT_RELEASE
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
 from .normalize import Ungradable, normalize_submission
@@ -84,7 +84,7 @@ class Outcome:
     scores: dict = field(default_factory=dict)  # grade_id -> (score, max_score)
     repairs: list = field(default_factory=list)
     seconds: float = 0.0
-    feedback: str = ""  # nbgrader's feedback HTML, while it is still in the working copy
+    autograded: str = ""  # nbgrader's autograded notebook, while it is still in the working copy
 
 
 def sandbox_available() -> bool:
@@ -109,6 +109,7 @@ def grade_all(submissions: list[Path], report_dir: Path, *, course: Path, jobs: 
     outcomes, running, queue = [], {}, list(enumerate(submissions))
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
+    threads = max(1, (os.cpu_count() or 1) // jobs)
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -119,7 +120,7 @@ def grade_all(submissions: list[Path], report_dir: Path, *, course: Path, jobs: 
                 if outcome is not None:  # could not even be normalised: no kernel needed
                     outcomes.append(finish(outcome, workdir, report_dir, start, len(submissions), outcomes, progress))
                     continue
-                proc = context.Process(target=grade_in_child, args=(workdir, student_id, limits, sandbox, hide))
+                proc = context.Process(target=grade_in_child, args=(workdir, student_id, limits, sandbox, hide, threads))
                 proc.start()
                 running[proc] = (student_id, workdir, time.monotonic())
             time.sleep(0.05)
@@ -163,8 +164,9 @@ def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -
     return None
 
 
-def grade_in_child(workdir: Path, student_id: str, limits: Limits, sandbox: bool, hide: list[Path]) -> None:
-    """Forked per submission: run nbgrader autograde + feedback in `workdir/course`, write result.json."""
+def grade_in_child(workdir: Path, student_id: str, limits: Limits, sandbox: bool, hide: list[Path],
+                   threads: int) -> None:
+    """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json."""
     os.setpgrp()  # so the parent can kill this process and everything it started at once
     warnings.simplefilter("ignore")  # nbgrader's SQLAlchemy warnings are not the instructor's business
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes * 2, limits.memory_bytes * 2))
@@ -186,6 +188,8 @@ def grade_in_child(workdir: Path, student_id: str, limits: Limits, sandbox: bool
         CH34_SANDBOX_HIDE=os.pathsep.join(map(str, hide + [workdir / "course"])),
         CH34_SANDBOX_KEEP=os.pathsep.join(map(str, keep)),
         CH34_SANDBOX_MEMORY=str(limits.memory_bytes), CH34_SANDBOX_BWRAP="1" if sandbox else "0",
+        # Kernels graded side by side share the cores: one BLAS/torch thread each, no oversubscription.
+        OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
     )
     result = run_nbgrader(workdir, student_id, limits)
     (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
@@ -193,7 +197,7 @@ def grade_in_child(workdir: Path, student_id: str, limits: Limits, sandbox: bool
 
 
 def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
-    """nbgrader's autograde and generate_feedback, in process, on the course in `workdir`."""
+    """nbgrader's autograde, in process, on the course in `workdir`."""
     from nbgrader.api import Gradebook
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -209,15 +213,16 @@ def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
     config.KernelManager.ip = str(workdir / "runtime" / "kernel")
     os.chdir(course)
     api = NbGraderAPI(CourseDirectory(config=config), config=config)
+    began = time.perf_counter()
     graded = api.autograde(ASSIGNMENT, student_id, force=True, create=True)
+    seconds = {"autograde": time.perf_counter() - began}
     if not graded["success"]:
         return {"status": "failed", "log": graded.get("log", "") + graded.get("error", "")}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", config.CourseDirectory.course_id) as gradebook:
         notebook = gradebook.find_submission_notebook(NOTEBOOK_NAME[: -len(".ipynb")], ASSIGNMENT, student_id)
         scores = {grade.name: (grade.score, grade.max_score) for grade in notebook.grades}
-    feedback = api.generate_feedback(ASSIGNMENT, student_id, force=True)
-    html = course / "feedback" / student_id / ASSIGNMENT / NOTEBOOK_NAME.replace(".ipynb", ".html")
-    return {"status": "graded", "scores": scores, "feedback": str(html) if feedback["success"] and html.exists() else ""}
+    autograded = course / "autograded" / student_id / ASSIGNMENT / NOTEBOOK_NAME
+    return {"status": "graded", "scores": scores, "seconds": seconds, "autograded": str(autograded)}
 
 
 def collect(workdir: Path, student_id: str, exitcode, overdue: bool, limits: Limits) -> Outcome:
@@ -231,6 +236,8 @@ def collect(workdir: Path, student_id: str, exitcode, overdue: bool, limits: Lim
         return Outcome(student_id, "grader_crash", f"the grading process ended with code {exitcode} "
                        "(memory limit or a signal)", repairs=repairs)
     result = json.loads(result_file.read_text())
+    if os.environ.get("CH34_GRADING_PHASES"):
+        print(f"{student_id}: {result.get('seconds')}", file=sys.stderr)
     if result["status"] != "graded":
         return Outcome(student_id, *explain_failure(result.get("log", ""), limits), repairs=repairs)
     scores = {k: tuple(v) for k, v in result["scores"].items()}
@@ -239,8 +246,8 @@ def collect(workdir: Path, student_id: str, exitcode, overdue: bool, limits: Lim
         earned = sum(score for score, _ in scores.values())
         reason = f"suspicious code, would have scored {earned:g}: " + "; ".join(findings)
         zeroed = {k: (0.0, maximum) for k, (_, maximum) in scores.items()}
-        return Outcome(student_id, "flagged", reason, zeroed, repairs, feedback=result.get("feedback", ""))
-    return Outcome(student_id, "graded", scores=scores, repairs=repairs, feedback=result.get("feedback", ""))
+        return Outcome(student_id, "flagged", reason, zeroed, repairs, autograded=result["autograded"])
+    return Outcome(student_id, "graded", scores=scores, repairs=repairs, autograded=result["autograded"])
 
 
 def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
@@ -255,12 +262,14 @@ def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
 
 def finish(outcome: Outcome, workdir: Path, report_dir: Path, start: float, total: int,
            done: list, progress) -> Outcome:
-    """Copy the feedback into the report, write one progress line, and clean the working copy."""
-    feedback = report_dir / "feedback" / f"{outcome.student_id}.html"
-    if outcome.feedback and Path(outcome.feedback).exists():
-        shutil.copy(outcome.feedback, feedback)
+    """Write the feedback page and one progress line, and clean the working copy."""
+    page = report_dir / "feedback" / f"{outcome.student_id}.html"
+    if outcome.autograded and Path(outcome.autograded).exists():
+        autograded = nbformat.read(outcome.autograded, as_version=4)
+        page.write_text(feedback.render(outcome.student_id, autograded, outcome.scores, status=outcome.status,
+                                        reason=outcome.reason, repairs=outcome.repairs), encoding="utf-8")
     else:
-        feedback.write_text(report.failure_page(outcome), encoding="utf-8")
+        page.write_text(report.failure_page(outcome), encoding="utf-8")
     shutil.rmtree(workdir, ignore_errors=True)
     count = len(done) + 1
     elapsed = time.monotonic() - start

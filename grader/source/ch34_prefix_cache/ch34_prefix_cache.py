@@ -679,7 +679,7 @@ import torch.nn as nn
 # %% [markdown]
 # ### 34.6　一个带 KV cache 接口的极小 Transformer
 #
-# 下面的模型按 nanoGPT 的写法自底向上搭成：注意力、MLP、Block、整个模型，超参数放在 `TinyConfig` 里。权重用固定种子随机初始化（float32），没有训练过——我们只关心“缓存后的计算是否等于完整计算”，这与权重是否训练过无关。
+# 下面的模型按 nanoGPT 的写法自底向上搭成：注意力 `CausalSelfAttention`、含 MLP 的 `TransformerBlock`、整个模型 `TinyCausalLM`，超参数放在 `TinyConfig` 里。权重用固定种子随机初始化（float32），没有训练过——我们只关心“缓存后的计算是否等于完整计算”，这与权重是否训练过无关。
 #
 # **接口约定**（后面所有代码都靠它）：
 #
@@ -698,12 +698,14 @@ import torch.nn as nn
 #
 # **1. 因果掩码按右下角对齐。** 有 `P` 个已缓存 token、再送入 `T` 个新 token 时，注意力分数是 `T × S` 的长方形（`S = P + T`）。第 `i` 个新 token 的绝对位置是 `P + i`，它应当看到 key `0 .. P+i`，也就是掩码的对角线要贴着**右下角**：`torch.ones(T, S).tril(diagonal=S - T)`。如果像没有缓存时那样从左上角画对角线（`tril(diagonal=0)`），第 `i` 个新 token 只能看到前 `i+1` 个 key，等于把它当成了位置 `i` 的 token——结果就错了。注意 PyTorch 的 `scaled_dot_product_attention(..., is_causal=True)` 在 `T ≠ S` 时正是左上角对齐，带 KV cache 时不能直接用它（要么显式传掩码，要么用 `torch.nn.attention.bias.causal_lower_right`）。
 #
-# ```
-#            key:  0 1 2 3 4            key:  0 1 2 3 4
-# 新 token 0 (位置 3)  ■ ■ ■ ■ ·    新 token 0  ■ · · · ·
-# 新 token 1 (位置 4)  ■ ■ ■ ■ ■    新 token 1  ■ ■ · · ·
-#            右下角对齐（正确）             左上角对齐（错误）
-# ```
+# 例：已缓存 `P = 3` 个 token，再送入 `T = 2` 个，`S = 5`（✓ 表示能看到这个 key）：
+#
+# | 新 token | 掩码 | key 0 | key 1 | key 2 | key 3 | key 4 |
+# |---|---|:-:|:-:|:-:|:-:|:-:|
+# | 第 0 个（绝对位置 3） | 右下角对齐（正确） | ✓ | ✓ | ✓ | ✓ | |
+# | 第 1 个（绝对位置 4） | 右下角对齐（正确） | ✓ | ✓ | ✓ | ✓ | ✓ |
+# | 第 0 个 | 左上角对齐（错误） | ✓ | | | | |
+# | 第 1 个 | 左上角对齐（错误） | ✓ | ✓ | | | |
 #
 # **2. 位置是绝对位置。** 新 token 的位置编号是 `P + i`，不能在每次调用时从 0 重新数。本模型用学习式的绝对位置表 `wpe`，第 `p` 个位置加上 `wpe[p]`；模型从 `kv_length(past_kv)` 推出 `P`，所以调用者只要把正确的 `past_kv` 传进来，位置和掩码就都对了——反过来，传错了 `past_kv`，位置和掩码会一起错。
 
@@ -1184,6 +1186,7 @@ def _hidden_todo10():
             if block_size <= 0:
                 raise ValueError("block_size must be positive")
             self.block_size, self.cached_prefixes, self.chunked_prefixes = block_size, [], []
+            self.match_calls = 0  # 评分用：prefill 是否真的向账本要了命中长度
 
         def _normalize(self, tokens):
             return list(tokens)
@@ -1199,6 +1202,7 @@ def _hidden_todo10():
                 self.chunked_prefixes.append(self._chunk_tokens(prefix))
 
         def match_prefix(self, prompt_tokens):
+            self.match_calls += 1
             prompt = list(prompt_tokens)
             return max((len(p) for p in self.cached_prefixes if len(p) <= len(prompt) and prompt[: len(p)] == list(p)), default=0)
 
@@ -1274,6 +1278,7 @@ def _hidden_todo10():
         want_hit = n - 1 if full_hit else expected_hit
         full_logits, full_kv = oracle(prompt)
         model.calls.clear()
+        asked = getattr(getattr(cache, "manager", None), "match_calls", None)
         try:
             result = cache.prefill(prompt)
         except Exception as exc:
@@ -1283,6 +1288,8 @@ def _hidden_todo10():
         assert type(result) is tuple and len(result) == 3, f"TODO 10 [{label}]: prefill 应返回 (logits, past_kv, hit_len) 三元组"
         logits, kv, hit_len = result
         assert type(hit_len) is int, f"TODO 10 [{label}]: hit_len 应是 int，得到 {type(hit_len).__name__}"
+        if asked is not None:
+            assert cache.manager.match_calls > asked, f"TODO 10 [{label}]: 命中长度应由账本 self.manager.match_prefix（或 split_prompt）给出，prefill 没有调用它"
         if full_hit:
             assert hit_len == want_hit, f"TODO 10 [{label}]: 整个 prompt 都已缓存时 hit_len 应为 len(prompt) - 1 = {want_hit}（最后一个 token 仍要计算，才有它的 logits），得到 {hit_len}"
         else:
@@ -1973,7 +1980,7 @@ assert _cache11.match([0, 1, 2]) == [], "TODO 11: 不满一块的 token 不参�
 _cache11.check_integrity()
 print("TODO 11 的公开测试通过")
 ### BEGIN HIDDEN TESTS
-def _hidden_test_todo11():
+def _hidden_todo11():
     TODO = "TODO 11"
     import random
 
@@ -2142,8 +2149,8 @@ def _hidden_test_todo11():
     drive(Collide(4, 12), 35, 120, try_oracle_acquire, oracle_release, after_step)
 
 
-_hidden_test_todo11()
-del _hidden_test_todo11
+_hidden_todo11()
+del _hidden_todo11
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_todo12_block_acquire", "locked": true, "points": 14, "schema_version": 3, "solution": false, "task": false}
@@ -2178,7 +2185,7 @@ assert [_b.ref_count for _b in _cache12.blocks].count(0) == 1, "TODO 12: 抛出 
 _cache12.check_integrity()
 print("TODO 12 的公开测试通过")
 ### BEGIN HIDDEN TESTS
-def _hidden_test_todo12():
+def _hidden_todo12():
     TODO = "TODO 12"
     import random
 
@@ -2376,8 +2383,8 @@ def _hidden_test_todo12():
     drive(IsoCollide(4, 10), 35, 160, check_acquire, oracle_release, lambda c, make: integrity(c))
 
 
-_hidden_test_todo12()
-del _hidden_test_todo12
+_hidden_todo12()
+del _hidden_todo12
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_todo13_block_release_lru", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
@@ -2392,7 +2399,7 @@ assert _cache13.num_cached_blocks == 2, "TODO 13: 引用降到 0 的块应留在
 _cache13.check_integrity()
 print("TODO 13 的公开测试通过")
 ### BEGIN HIDDEN TESTS
-def _hidden_test_todo13():
+def _hidden_todo13():
     TODO = "TODO 13"
     import random
 
@@ -2540,8 +2547,8 @@ def _hidden_test_todo13():
     drive(Collide(4, 10), 35, 160, try_oracle_acquire, check_release, lambda c, make: integrity(c))
 
 
-_hidden_test_todo13()
-del _hidden_test_todo13
+_hidden_todo13()
+del _hidden_todo13
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_todo14_block_hit_stats", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
@@ -2552,7 +2559,7 @@ assert (_cache14.num_requests, _cache14.num_queried_tokens, _cache14.num_hit_tok
 assert abs(_cache14.hit_rate - 0.8) < 1e-12, "TODO 14: 命中率应为 8 / 10"
 print("TODO 14 的公开测试通过")
 ### BEGIN HIDDEN TESTS
-def _hidden_test_todo14():
+def _hidden_todo14():
     TODO = "TODO 14"
     import random
 
@@ -2696,8 +2703,8 @@ def _hidden_test_todo14():
     drive(BlockPrefixCache(4, 10), 34, 120, acquire, oracle_release, after_step)
 
 
-_hidden_test_todo14()
-del _hidden_test_todo14
+_hidden_todo14()
+del _hidden_todo14
 ### END HIDDEN TESTS
 
 # %% [markdown]
@@ -2929,7 +2936,7 @@ del _show_hit_rate_vs_capacity
 # %% [markdown]
 # **怎么读这张表。**
 #
-# - **容量决定能留住多少可复用的前缀。** 三种负载都是池子越大命中越高，但在远小于“不淘汰所需块数”时就已饱和：那个数里有一大半是每个请求独有的问题和新消息，它们永远不会再被命中，缓存它们只是占地方。饱和之后剩下的未命中，就是这些独有的 token 加上不满一块的尾巴。
+# - **容量决定能留住多少可复用的前缀。** 三种负载都是池子越大命中越高，饱和点却不同。`system-prompt` 在 512 块（约为“不淘汰所需块数”的三分之一）就到顶了：其余的块存的是每个请求独有的问题，永远不会再被命中，缓存它们只是占地方。`multi-turn` 和 `few-shot` 要到接近“不淘汰所需块数”才到顶：会话的每一轮都会被下一轮复用，例题的各种组合也会反复出现，几乎每个块都有再用的机会。到顶之后剩下的未命中，是每个请求独有的 token 加上不满一块的尾巴。
 # - **小池子也保得住最热的前缀。** `system-prompt` 在 64 块时仍有三成左右的命中：最热的几段 system prompt 几乎一直被运行中的请求引用，引用计数保证它们不会被淘汰。
 # - **`PrefixCacheManager` 只认“整条旧 prompt”。** 它把每个 prompt 整条登记，新请求只有以某条**完整的**旧 prompt 开头才算命中。`system-prompt` 和 `few-shot` 的新请求从不以别人的完整 prompt 开头，所以命中率是 0；块级缓存按块自动发现任意长度的公共前缀，不需要谁事先登记“哪段是公共的”。`multi-turn` 里上一轮的 prompt 恰好是下一轮的前缀，它按 token 精确命中，也不受容量限制，所以和大池子的块级缓存不相上下；块级缓存多出来的是各会话共享的那段 system prompt，少掉的是按块取整。
 
@@ -2987,6 +2994,7 @@ del _show_eviction_policies
 #
 # 这是本 notebook 的最后一个单元格。它用**合成的** hidden states 比较“一次性处理整个 suffix”与“按 chunk 处理 suffix”时的显存分配峰值，帮助理解分块限制了什么。它不是真实的 prefix cache、KV cache 或 serving benchmark。
 #
+# - 第二部分的小 Transformer（float32，`d = 512`、4 层、4096 个 token）也在这里上 GPU：一次性与分块预填充的峰值显存（`torch.cuda.max_memory_allocated`，包括分数张量的几份拷贝、KV 和激活，不只是分数张量）、耗时（计时前后 `synchronize`）、分块结果与一次性结果的最大误差，以及命中 90% 时的 prefill 加速比与代价模型之比。这一部分需要先完成 TODO 9–10。
 # - 默认 `RUN_MODE = 'dry_run'`：只打印实验计划，不导入 torch、不申请任何 CUDA 张量，在任何机器上都能运行。
 # - 在 Colab（「代码执行程序 → 更改运行时类型 → GPU」）或魔搭的 GPU 实例上，把 `RUN_MODE` 改成 `'real_gpu'` 再运行，会得到真实的峰值显存。
 # - 在没有 CUDA 的机器上选 `'real_gpu'` 会得到一条说明原因的错误；`RUN_MODE` 写错也会直接报错。
@@ -2999,8 +3007,74 @@ CHUNK_GPU_PROBE = {
     "hidden_size": 1024,
     "chunk_size": 512,
     "dtype": "float16",
+    # 第二部分的小 Transformer（float32）：一次性与分块预填充的峰值显存、耗时，以及命中 h 时的 prefill 加速比
+    "tiny_model": {"d_model": 512, "n_layers": 4, "n_heads": 8, "num_tokens": 4096, "chunk_sizes": [1024, 256], "hit_ratio": 0.9, "block_size": 256, "repeats": 5},
 }
 PROBE_MODES = ("dry_run", "real_gpu")
+
+
+def tiny_model_plan(tiny):
+    """小模型实验的计划与解析值：各调度下最大的注意力分数张量、KV cache 的大小。
+
+    纯 Python，不用 torch，也不用前面单元格的定义（本单元格单独运行也可以）；
+    公式与第二部分的 analytic_attention_peak_bytes、kv_cache_bytes 相同。
+    """
+    tokens, heads = tiny["num_tokens"], tiny["n_heads"]
+
+    def scores_mb(chunk):  # n_heads · max_j c_j · (第 j 块末尾位置) · 4 字节
+        full_chunks, tail = divmod(tokens, chunk)
+        return round(heads * max(chunk * full_chunks * chunk, tail * tokens) * 4 / 2**20, 2)
+
+    return {
+        "model": {"d_model": tiny["d_model"], "n_layers": tiny["n_layers"], "n_heads": heads, "dtype": "float32"},
+        "num_tokens": tokens,
+        "analytic_attention_scores_mb": {"one_shot": scores_mb(tokens), **{f"chunked_{size}": scores_mb(min(size, tokens)) for size in tiny["chunk_sizes"]}},
+        "kv_cache_mb": round(2 * tiny["n_layers"] * tokens * tiny["d_model"] * 4 / 2**20, 2),
+        "cached_prefill": {"hit_ratio": tiny["hit_ratio"], "block_size": tiny["block_size"]},
+    }
+
+
+def run_tiny_model_probe(tiny, device):
+    """在 device 上跑小模型：一次性与分块预填充的峰值显存（仅 CUDA）、耗时和与一次性结果的误差，再测命中加速比。"""
+    import torch
+
+    needed = ("TinyConfig", "TinyCausalLM", "chunked_prefill", "KVPrefixCache", "time_prefill", "random_prompt", "measure_cached_speedup")
+    if any(name not in globals() for name in needed):
+        return {"skipped": "小模型部分要用第二部分的定义：请先从头运行 notebook"}
+    plan = tiny_model_plan(tiny)
+    config = TinyConfig(vocab_size=64, d_model=tiny["d_model"], n_layers=tiny["n_layers"], n_heads=tiny["n_heads"], max_positions=tiny["num_tokens"])
+    cuda = device.type == "cuda"
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else None
+    model = TinyCausalLM(config, seed=0).to(device)
+    prompt = random_prompt(tiny["num_tokens"], config.vocab_size)
+    schedules = {"one_shot": None, **{f"chunked_{size}": size for size in tiny["chunk_sizes"]}}
+    results, reference = {}, None
+    try:
+        for name, size in schedules.items():
+            run = (lambda: model(prompt)) if size is None else (lambda size=size: chunked_prefill(model, prompt, size))
+            logits = run()[0]  # 预热，也用来核对分块结果与一次性结果相同
+            reference = logits if reference is None else reference
+            row = {"max_abs_diff_vs_one_shot": float((logits - reference).abs().max())}
+            del logits
+            if cuda:
+                torch.cuda.synchronize(device)
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats(device)
+                before = torch.cuda.memory_allocated(device)
+                run()
+                torch.cuda.synchronize(device)
+                row["peak_extra_allocated_mb"] = round((torch.cuda.max_memory_allocated(device) - before) / 2**20, 2)
+            row["analytic_attention_scores_mb"] = plan["analytic_attention_scores_mb"][name]
+            row["time_ms"] = round(1e3 * time_prefill(run, repeats=tiny["repeats"], warmup=0, synchronize=sync), 3)
+            results[name] = row
+        speed = measure_cached_speedup(model, tiny["num_tokens"], (tiny["hit_ratio"],), tiny["block_size"], repeats=tiny["repeats"], synchronize=sync)[0]
+        results["cached_prefill"] = {key: round(value, 3) for key, value in speed.items()}
+    except NotImplementedError:
+        results["skipped"] = "小模型部分需要先完成 TODO 9–10（以及第一部分的 TODO）"
+    del model, reference
+    if cuda:
+        torch.cuda.empty_cache()
+    return results
 
 
 def run_chunked_gpu_probe(run_mode="dry_run", config=None):
@@ -3020,6 +3094,8 @@ def run_chunked_gpu_probe(run_mode="dry_run", config=None):
         "chunk_count": (tokens + chunk_size - 1) // chunk_size,
         "evidence_level": "synthetic_gpu_chunk_probe",
     }
+    if "tiny_model" in config:
+        plan["tiny_model"] = tiny_model_plan(config["tiny_model"])
     if run_mode == "dry_run":
         print(json.dumps({"mode": run_mode, "plan": plan}, ensure_ascii=False, indent=2))
         return plan
@@ -3042,6 +3118,8 @@ def run_chunked_gpu_probe(run_mode="dry_run", config=None):
         torch.cuda.synchronize(device)
         results[name] = {"peak_allocated_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 2)}
     torch.cuda.empty_cache()
+    if "tiny_model" in config:
+        results["tiny_model"] = run_tiny_model_probe(config["tiny_model"], device)
     result = {"mode": run_mode, "plan": plan, "results": results, "device": torch.cuda.get_device_name(0)}
     print(json.dumps(result, ensure_ascii=False, indent=2))
     return result

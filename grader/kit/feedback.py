@@ -1,0 +1,84 @@
+"""One self-contained HTML page per student: scores per TODO, what failed and why, what was repaired.
+
+Rendered from nbgrader's autograded notebook and its gradebook scores. Hidden tests never
+appear: grade cells show their source with the hidden regions removed, and their errors show
+only the assertion's message (a traceback would quote the hidden test's lines). nbgrader's own
+`generate_feedback` shows hidden tests unless configured, and costs about 1.5 s a notebook
+(HTML re-parsed with BeautifulSoup); this page costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from .nbsource import nbgrader_meta, strip_hidden_tests
+
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+STYLE = """
+body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; }
+pre { background: #f6f8fa; padding: .6em; overflow-x: auto; white-space: pre-wrap; }
+table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: .2em .6em; }
+.pass { color: #1a7f37; } .fail { color: #cf222e; } .cell { border-left: 4px solid #ccc; padding-left: .8em; margin: 1em 0; }
+.cell.fail { border-color: #cf222e; } .cell.pass { border-color: #1a7f37; }
+"""
+
+
+def render(student_id: str, nb, scores: dict, *, status: str = "graded", reason: str = "", repairs=()) -> str:
+    """The feedback page. `scores` maps grade_id to (score, max_score); `nb` is the autograded notebook."""
+    total = sum(score for score, _ in scores.values())
+    maximum = sum(points for _, points in scores.values())
+    parts = [f"<h1>{esc(student_id)}：{total:g} / {maximum:g}</h1>"]
+    if status != "graded":
+        parts.append(f"<p class=fail><b>{esc(status)}</b>：{esc(reason)}</p>")
+    parts.append(summary_table(scores))
+    if repairs:
+        items = "".join(f"<li>{esc(line)}</li>" for line in repairs)
+        parts.append(f"<h2>评分前的修复</h2><p>你的 notebook 在评分前被整理过（不影响得分）：</p><ul>{items}</ul>")
+    parts.append("<h2>逐格结果</h2>")
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            parts.append(code_cell(cell, scores))
+    return (
+        '<!DOCTYPE html>\n<html lang="zh"><head><meta charset="utf-8">'
+        f"<title>{esc(student_id)}</title><style>{STYLE}</style></head><body>\n"
+        + "\n".join(parts)
+        + "\n</body></html>\n"
+    )
+
+
+def summary_table(scores: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{esc(grade_id)}</td><td class={'pass' if score == points else 'fail'}>{score:g} / {points:g}</td></tr>"
+        for grade_id, (score, points) in scores.items()
+    )
+    return f"<table><tr><th>评分单元格</th><th>得分</th></tr>{rows}</table>"
+
+
+def code_cell(cell, scores: dict) -> str:
+    meta = nbgrader_meta(cell)
+    grade_id = meta.get("grade_id", "")
+    is_grade = bool(meta.get("grade"))
+    source = strip_hidden_tests(cell.source).rstrip() if is_grade else cell.source
+    verdict, css = "", ""
+    if grade_id in scores:
+        score, points = scores[grade_id]
+        css = "pass" if score == points else "fail"
+        verdict = f"<p class={css}><b>{esc(grade_id)}</b>：{score:g} / {points:g}</p>"
+    outputs = "".join(output_html(output, is_grade) for output in cell.get("outputs", []))
+    return f'<div class="cell {css}">{verdict}<pre>{esc(source)}</pre>{outputs}</div>'
+
+
+def output_html(output, is_grade: bool) -> str:
+    if output.output_type == "stream":
+        return f"<pre>{esc(output.text)}</pre>"
+    if output.output_type == "error":
+        if is_grade:  # the message says what is wrong; the traceback would show hidden lines
+            return f"<pre class=fail>{esc(output.ename)}: {esc(output.evalue)}</pre>"
+        return f"<pre class=fail>{esc(ANSI.sub('', chr(10).join(output.traceback)))}</pre>"
+    text = output.get("data", {}).get("text/plain")
+    return f"<pre>{esc(text)}</pre>" if text else ""
+
+
+def esc(text) -> str:
+    return html.escape(str(text))
