@@ -133,3 +133,9 @@ def test_release_validates_as_nbformat_4_5():
     nbformat.validate(nb)
     assert (nb.nbformat, nb.nbformat_minor) == (4, 5)
     assert Path(RELEASE).read_bytes().endswith(b"\n")
+
+
+def test_student_notebook_parses_as_python_3_10_for_modelscope():
+    for cell in release().cells:
+        if cell.cell_type == "code":
+            ast.parse(cell.source, feature_version=(3, 10))

@@ -80,5 +80,5 @@ def solution_namespace(nb=None, *, skip_tags=("measurement",), quiet=True) -> di
             line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))
         )
         with contextlib.redirect_stdout(sink) if quiet else contextlib.nullcontext():
-            exec(compile(code, "<ch34 solution>", "exec"), namespace)
+            exec(compile(code, "<ch34 solution>", "exec", dont_inherit=True), namespace)
     return namespace
