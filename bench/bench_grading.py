@@ -64,8 +64,19 @@ def timed(command: list[str], cwd: Path) -> float:
 
 
 def run_kit(submissions: Path, work: Path, jobs: int) -> float:
-    return timed([sys.executable, "-m", "grader.kit.autograde", str(submissions), "--report", str(work / "kit-report"),
-                  "--jobs", str(jobs)], REPO_ROOT)
+    return timed(
+        [
+            sys.executable,
+            "-m",
+            "grader.kit.autograde",
+            str(submissions),
+            "--report",
+            str(work / "kit-report"),
+            "--jobs",
+            str(jobs),
+        ],
+        REPO_ROOT,
+    )
 
 
 def run_plain(paths: list[Path], work: Path) -> tuple[float, float]:
@@ -83,8 +94,12 @@ def run_plain(paths: list[Path], work: Path) -> tuple[float, float]:
 
 def run_floor(paths: list[Path], work: Path) -> float:
     """Seconds to merely execute every notebook in its own fresh kernel, one after another."""
-    course = nbformat.read(REPO_ROOT / GRADING_COURSE / "source" / ASSIGNMENT / NOTEBOOK_NAME, as_version=4)
-    skipped = {cell.id: cell.source for cell in course.cells}  # measurement cells are empty when grading
+    course = nbformat.read(
+        REPO_ROOT / GRADING_COURSE / "source" / ASSIGNMENT / NOTEBOOK_NAME, as_version=4
+    )
+    skipped = {
+        cell.id: cell.source for cell in course.cells
+    }  # measurement cells are empty when grading
     total = 0.0
     for path in paths:
         nb = nbformat.read(path, as_version=4)
@@ -95,8 +110,14 @@ def run_floor(paths: list[Path], work: Path) -> float:
         config.KernelManager.transport = "ipc"
         config.KernelManager.ip = str(work / "floor-kernel")
         start = time.perf_counter()
-        NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, config=config,
-                       resources={"metadata": {"path": str(work)}}).execute()
+        NotebookClient(
+            nb,
+            timeout=120,
+            kernel_name="python3",
+            allow_errors=True,
+            config=config,
+            resources={"metadata": {"path": str(work)}},
+        ).execute()
         total += time.perf_counter() - start
     return total
 
@@ -118,21 +139,39 @@ def main() -> int:
     n, cores = args.count, args.jobs
     floor_per_core = floor / cores
     print("## Grading benchmark\n")
-    print(f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}")
-    print(f"- command: `{' '.join([Path(sys.executable).name] + sys.argv)}` ({n} submissions: correct, wrong, untouched)\n")
+    print(
+        f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.platform()}"
+    )
+    print(
+        f"- command: `{' '.join([Path(sys.executable).name] + sys.argv)}` ({n} submissions: correct, wrong, untouched)\n"
+    )
     print("| what | wall time (s) | s / submission |")
     print("|---|---:|---:|")
-    print(f"| kit: normalise + sandbox + {cores} jobs, grades and feedback | {kit:.1f} | {kit / n:.2f} |")
-    print(f"| plain `nbgrader autograde`, sequential, grades only | {plain:.1f} | {plain / n:.2f} |")
-    print(f"| plain `nbgrader generate_feedback` afterwards | {plain_feedback:.1f} | {plain_feedback / n:.2f} |")
-    print(f"| floor: execute each notebook in a fresh kernel, sequential | {floor:.1f} | {floor / n:.2f} |")
+    print(
+        f"| kit: normalise + sandbox + {cores} jobs, grades and feedback | {kit:.1f} | {kit / n:.2f} |"
+    )
+    print(
+        f"| plain `nbgrader autograde`, sequential, grades only | {plain:.1f} | {plain / n:.2f} |"
+    )
+    print(
+        f"| plain `nbgrader generate_feedback` afterwards | {plain_feedback:.1f} | {plain_feedback / n:.2f} |"
+    )
+    print(
+        f"| floor: execute each notebook in a fresh kernel, sequential | {floor:.1f} | {floor / n:.2f} |"
+    )
     print(f"| floor / {cores} cores | {floor_per_core:.1f} | {floor_per_core / n:.2f} |\n")
     speedup = plain / kit
     speedup_same_outputs = (plain + plain_feedback) / kit
     over_floor = kit / floor_per_core
-    print(f"- kit vs plain autograde: **{speedup:.2f}×** faster (goal ≥ 1.6×: {'met' if speedup >= 1.6 else 'MISSED'})")
-    print(f"- kit vs plain autograde + feedback (the same outputs): **{speedup_same_outputs:.2f}×**")
-    print(f"- kit vs floor / cores: **{over_floor:.2f}×** (goal ≤ 1.3×: {'met' if over_floor <= 1.3 else 'MISSED'})")
+    print(
+        f"- kit vs plain autograde: **{speedup:.2f}×** faster (goal ≥ 1.6×: {'met' if speedup >= 1.6 else 'MISSED'})"
+    )
+    print(
+        f"- kit vs plain autograde + feedback (the same outputs): **{speedup_same_outputs:.2f}×**"
+    )
+    print(
+        f"- kit vs floor / cores: **{over_floor:.2f}×** (goal ≤ 1.3×: {'met' if over_floor <= 1.3 else 'MISSED'})"
+    )
     return 0
 
 

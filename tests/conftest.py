@@ -20,7 +20,9 @@ from tests import fixtures  # noqa: E402
 def all_mistakes():
     """Every Mistake of every tests/fixtures/mistakes_*.py catalogue."""
     found = []
-    for module in sorted(m.name for m in pkgutil.iter_modules(fixtures.__path__) if m.name.startswith("mistakes_")):
+    for module in sorted(
+        m.name for m in pkgutil.iter_modules(fixtures.__path__) if m.name.startswith("mistakes_")
+    ):
         found += importlib.import_module(f"tests.fixtures.{module}").MISTAKES
     return found
 
@@ -29,8 +31,12 @@ def all_mistakes():
 def fresh_build(tmp_path_factory):
     """The kit generated from the source into a temporary root: notebooks/, solutions/, build/."""
     out = tmp_path_factory.mktemp("fresh-build")
-    subprocess.run([sys.executable, "-m", "grader.kit.build", "all", "--out", str(out)], cwd=REPO_ROOT, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "grader.kit.build", "all", "--out", str(out)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
@@ -43,9 +49,23 @@ def autograde(submissions_dir, report_dir, course, jobs=2, extra=()):
     import csv
 
     run = subprocess.run(
-        [sys.executable, "-m", "grader.kit.autograde", str(submissions_dir), "--report", str(report_dir),
-         "--jobs", str(jobs), "--course", str(course), *extra],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=3000,
+        [
+            sys.executable,
+            "-m",
+            "grader.kit.autograde",
+            str(submissions_dir),
+            "--report",
+            str(report_dir),
+            "--jobs",
+            str(jobs),
+            "--course",
+            str(course),
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3000,
     )
     rows = {}
     if (report_dir / "grades.csv").exists():
@@ -63,7 +83,10 @@ def graded_batch(fresh_build, tmp_path_factory):
     nbformat.write(filled_submission(release, solutions), submissions / "reference-solution.ipynb")
     nbformat.write(release, submissions / "untouched-release.ipynb")
     for mistake in all_mistakes():
-        nbformat.write(filled_submission(release, solutions, mistake.edits), submissions / f"{mistake.name}.ipynb")
+        nbformat.write(
+            filled_submission(release, solutions, mistake.edits),
+            submissions / f"{mistake.name}.ipynb",
+        )
     report = tmp_path_factory.mktemp("report")
     run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course")
     assert run.returncode == 0, run.stderr[-3000:]

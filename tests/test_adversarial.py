@@ -15,8 +15,12 @@ def attacked(fresh_build, tmp_path_factory):
     for attack in ATTACKS:
         (submissions / f"{attack.name}.ipynb").write_bytes(attack.make(release, solutions))
     report = tmp_path_factory.mktemp("attack-report")
-    run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course",
-                          extra=["--cell-timeout", "30", "--notebook-timeout", "120"])
+    run, rows = autograde(
+        submissions,
+        report,
+        fresh_build / "build" / "grading-course",
+        extra=["--cell-timeout", "30", "--notebook-timeout", "120"],
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return {"run": run, "rows": rows, "report": report}
 
@@ -30,7 +34,9 @@ def test_attack_ends_as_its_expected_status_and_score(attacked, attack):
     row = attacked["rows"][attack.name]
     score, maximum = float(row["score"]), float(row["max_score"])
     assert row["status"] == attack.status, f"{row['status']}: {row['reason']}"
-    expected = {"full": score == maximum, "zero": score == 0, "partial": 0 < score < maximum}[attack.score]
+    expected = {"full": score == maximum, "zero": score == 0, "partial": 0 < score < maximum}[
+        attack.score
+    ]
     assert expected, f"score {score}/{maximum}, expected {attack.score}"
     if attack.status != "graded":
         assert row["reason"], "a row that is not graded must say why"
@@ -49,7 +55,9 @@ def test_repairs_are_listed_in_the_csv_for_the_colab_round_trip(attacked):
 
 
 def test_sandboxed_kernel_finds_no_hidden_tests_on_disk(attacked):
-    page = (attacked["report"] / "feedback" / "reads-hidden-tests-past-the-scanner.html").read_text(encoding="utf-8")
+    page = (attacked["report"] / "feedback" / "reads-hidden-tests-past-the-scanner.html").read_text(
+        encoding="utf-8"
+    )
     assert "matches: []" in page
 
 

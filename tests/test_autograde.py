@@ -27,7 +27,16 @@ def test_untouched_release_scores_zero_without_crashing_the_grader(graded_batch)
 
 
 def test_catalogue_has_at_least_15_core_mistakes():
-    assert len([m for m in MISTAKES if any(g.startswith(f"test_todo{i}_") for g in m.loses for i in range(1, 9))]) >= 15
+    assert (
+        len(
+            [
+                m
+                for m in MISTAKES
+                if any(g.startswith(f"test_todo{i}_") for g in m.loses for i in range(1, 9))
+            ]
+        )
+        >= 15
+    )
     assert len({m.name for m in MISTAKES}) == len(MISTAKES)
 
 
@@ -42,7 +51,12 @@ def test_mistake_loses_points_exactly_on_the_todo_it_breaks(graded_batch, mistak
 
 
 def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
-    header = (graded_batch["report"] / "grades.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
+    header = (
+        (graded_batch["report"] / "grades.csv")
+        .read_text(encoding="utf-8")
+        .splitlines()[0]
+        .split(",")
+    )
     assert header[:4] == ["student_id", "score", "max_score", "status"]
     assert header[4:-2] == list(grade_ids(graded_batch)) and header[-2:] == ["reason", "repairs"]
     assert len(graded_batch["rows"]) == len(MISTAKES) + 2
@@ -50,16 +64,21 @@ def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
 
 def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch):
     for student_id in graded_batch["rows"]:
-        page = (graded_batch["report"] / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
+        page = (graded_batch["report"] / "feedback" / f"{student_id}.html").read_text(
+            encoding="utf-8"
+        )
         for secret in ("_hidden_todo", "HIDDEN TESTS", "rng = random.Random(34", "class Probe"):
             assert secret not in page, f"{student_id}'s feedback shows {secret!r}"
-    page = (graded_batch["report"] / "feedback" / "stats-integer-division.html").read_text(encoding="utf-8")
+    page = (graded_batch["report"] / "feedback" / "stats-integer-division.html").read_text(
+        encoding="utf-8"
+    )
     assert "TODO 7" in page, "a failing cell must say which TODO is wrong"
 
 
 def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(fresh_build, tmp_path):
-    from grader.kit.submissions import filled_submission
     import nbformat
+
+    from grader.kit.submissions import filled_submission
 
     release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
     solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
@@ -75,5 +94,7 @@ def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(fresh_b
     run, rows = autograde(second, report, course)
     assert run.returncode == 0, run.stderr
     assert rows["alice"]["status"] == "empty_file" and float(rows["alice"]["score"]) == 0
-    assert rows["张三"]["score"] == rows["张三"]["max_score"], "a student not in the batch keeps the grade"
+    assert rows["张三"]["score"] == rows["张三"]["max_score"], (
+        "a student not in the batch keeps the grade"
+    )
     assert (report / "feedback" / "alice.html").read_text(encoding="utf-8").count("empty_file") >= 1

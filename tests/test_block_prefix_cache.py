@@ -53,7 +53,9 @@ class Oracle:
     def match(self, tokens) -> list:
         found = []
         for n in range(1, len(tokens) // self.block_size + 1):
-            owners = [b for b, p in enumerate(self.prefix) if p == tuple(tokens[: n * self.block_size])]
+            owners = [
+                b for b, p in enumerate(self.prefix) if p == tuple(tokens[: n * self.block_size])
+            ]
             if not owners:
                 break
             assert len(owners) == 1
@@ -80,7 +82,11 @@ class Oracle:
             self.refs[b] = 1
             self.prefix[b] = tuple(tokens[: (len(ids) + 1) * self.block_size])
             ids.append(b)
-        self.stats = [self.stats[0] + 1, self.stats[1] + len(tokens), self.stats[2] + len(hits) * self.block_size]
+        self.stats = [
+            self.stats[0] + 1,
+            self.stats[1] + len(tokens),
+            self.stats[2] + len(hits) * self.block_size,
+        ]
         return ids
 
     def release(self, ids) -> None:
@@ -133,9 +139,13 @@ def assert_match_is_right(cache, tokens) -> list:
     contents = block_contents(cache)
     bs = cache.block_size
     for i, b in enumerate(got):
-        assert contents[b] == tuple(tokens[: (i + 1) * bs]), "match returned a block holding other tokens"
+        assert contents[b] == tuple(tokens[: (i + 1) * bs]), (
+            "match returned a block holding other tokens"
+        )
     if len(got) < len(tokens) // bs:
-        assert tuple(tokens[: (len(got) + 1) * bs]) not in contents, "match stopped short of a cached block"
+        assert tuple(tokens[: (len(got) + 1) * bs]) not in contents, (
+            "match stopped short of a cached block"
+        )
     assert snapshot(cache) == before, "match changed the cache"
     return got
 
@@ -371,7 +381,9 @@ class BlockCacheMachine(RuleBasedStateMachine):
 
 
 TestBlockCacheStateMachine = BlockCacheMachine.TestCase
-TestBlockCacheStateMachine.settings = settings(max_examples=120, stateful_step_count=30, deadline=None)
+TestBlockCacheStateMachine.settings = settings(
+    max_examples=120, stateful_step_count=30, deadline=None
+)
 
 
 # ---------------------------------------------------------------- simulator and baselines

@@ -23,25 +23,40 @@ def test_committed_student_notebook_is_byte_identical_to_a_fresh_generation(fres
 def test_committed_solutions_notebook_matches_a_fresh_generation_apart_from_outputs(fresh_build):
     committed = read_nb(REPO_ROOT / "solutions" / NOTEBOOK_NAME)
     fresh = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
-    assert without_outputs(committed) == without_outputs(fresh), "solutions/ is stale: run `make solutions` and commit"
+    assert without_outputs(committed) == without_outputs(fresh), (
+        "solutions/ is stale: run `make solutions` and commit"
+    )
 
 
 def test_generated_notebooks_record_no_time_no_path_and_stable_cell_ids(fresh_build):
     for folder in ("notebooks", "solutions"):
         text = (fresh_build / folder / NOTEBOOK_NAME).read_text(encoding="utf-8")
-        for leak in (str(fresh_build), str(REPO_ROOT), "/tmp/", "iopub", '"execution":', "jupytext"):
+        for leak in (
+            str(fresh_build),
+            str(REPO_ROOT),
+            "/tmp/",
+            "iopub",
+            '"execution":',
+            "jupytext",
+        ):
             assert leak not in text, f"{folder}/ records {leak!r}"
         nb = read_nb(fresh_build / folder / NOTEBOOK_NAME)
         ids = [cell.id for cell in nb.cells]
         assert len(set(ids)) == len(ids)
-        grade_ids = [cell.metadata["nbgrader"]["grade_id"] for cell in nb.cells if "nbgrader" in cell.metadata]
+        grade_ids = [
+            cell.metadata["nbgrader"]["grade_id"]
+            for cell in nb.cells
+            if "nbgrader" in cell.metadata
+        ]
         assert set(grade_ids) <= set(ids), "cells with a grade id must carry it as their cell id"
 
 
 def test_solutions_notebook_is_executed_with_every_test_passing(fresh_build):
     nb = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
-    assert all(cell.execution_count for cell in code), "every code cell of the solutions must have run"
+    assert all(cell.execution_count for cell in code), (
+        "every code cell of the solutions must have run"
+    )
     errors = [o for cell in code for o in cell.outputs if o.output_type == "error"]
     assert not errors, f"the solutions raise: {[e.ename for e in errors]}"
     stderr = [o.text for cell in code for o in cell.outputs if o.get("name") == "stderr"]

@@ -17,7 +17,11 @@ def run_python(code):
 
 
 def test_dry_run_prints_the_plan_without_importing_torch():
-    code = "import sys; sys.modules['torch'] = None\n" + PROBE + "\nassert 'torch' not in sys.modules or sys.modules['torch'] is None"
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        + PROBE
+        + "\nassert 'torch' not in sys.modules or sys.modules['torch'] is None"
+    )
     run = run_python(code)
     assert run.returncode == 0, run.stderr
     assert '"mode": "dry_run"' in run.stdout and '"chunk_count": 8' in run.stdout

@@ -18,8 +18,12 @@ from grader.kit.nbsource import solution_namespace
 
 ATOL, RTOL = 1e-5, 1e-4
 VOCAB = 64
-SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-FEW = settings(SETTINGS, max_examples=10)  # for the scenarios that make hundreds of model calls each
+SETTINGS = settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+FEW = settings(
+    SETTINGS, max_examples=10
+)  # for the scenarios that make hundreds of model calls each
 
 tokens = st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=40)
 
@@ -55,8 +59,12 @@ class Counting:
 
 
 def _assert_close(actual, expected, what):
-    assert tuple(actual.shape) == tuple(expected.shape), f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    assert torch.allclose(actual, expected, rtol=RTOL, atol=ATOL), f"{what}: max diff {(actual - expected).abs().max():.2e}"
+    assert tuple(actual.shape) == tuple(expected.shape), (
+        f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    )
+    assert torch.allclose(actual, expected, rtol=RTOL, atol=ATOL), (
+        f"{what}: max diff {(actual - expected).abs().max():.2e}"
+    )
 
 
 def _assert_same_kv(actual, expected):
@@ -75,7 +83,13 @@ def _flat(past_kv):
 
 def test_tiny_config_rejects_invalid_shapes(ns):
     config = ns["TinyConfig"]
-    for bad in ({"d_model": 30, "n_heads": 4}, {"n_layers": 0}, {"vocab_size": -1}, {"max_positions": 2.0}, {"mlp_ratio": True}):
+    for bad in (
+        {"d_model": 30, "n_heads": 4},
+        {"n_layers": 0},
+        {"vocab_size": -1},
+        {"max_positions": 2.0},
+        {"mlp_ratio": True},
+    ):
         with pytest.raises(ValueError):
             config(**bad)
     assert config().head_dim == 16
@@ -144,14 +158,18 @@ def test_chunked_prefill_equals_full_forward(ns, model, prompt, chunk_size, as_t
 
 @SETTINGS
 @given(prefix=tokens, suffix=tokens, chunk_size=st.integers(1, 48))
-def test_chunked_prefill_after_a_cached_prefix_equals_full_forward(ns, model, prefix, suffix, chunk_size):
+def test_chunked_prefill_after_a_cached_prefix_equals_full_forward(
+    ns, model, prefix, suffix, chunk_size
+):
     full_logits, full_kv = model(prefix + suffix)
     _, prefix_kv = model(prefix)
     before = [t.clone() for t in _flat(prefix_kv)]
     logits, past = ns["chunked_prefill"](model, suffix, chunk_size, past_kv=prefix_kv)
     _assert_close(logits, full_logits[len(prefix) :], "suffix logits")
     _assert_same_kv(past, full_kv)
-    assert all(torch.equal(a, b) for a, b in zip(before, _flat(prefix_kv))), "the incoming past_kv was modified"
+    assert all(torch.equal(a, b) for a, b in zip(before, _flat(prefix_kv))), (
+        "the incoming past_kv was modified"
+    )
 
 
 def test_chunked_prefill_rejects_bad_chunk_sizes_and_empty_input(ns, model):
@@ -173,7 +191,9 @@ def _longest_match(prefixes, prompt):
 
 @SETTINGS
 @given(prefixes=prefix_sets, data=st.data(), block_size=st.integers(1, 9))
-def test_cached_prefill_equals_full_forward_for_any_prefix_set(ns, model, prefixes, data, block_size):
+def test_cached_prefill_equals_full_forward_for_any_prefix_set(
+    ns, model, prefixes, data, block_size
+):
     """Small alphabet so that prefixes share stems and prompts hit them in every way."""
     stem = data.draw(st.sampled_from(prefixes)) if prefixes and data.draw(st.booleans()) else []
     prompt = stem + data.draw(st.lists(st.integers(0, 3), min_size=0 if stem else 1, max_size=12))
@@ -213,13 +233,19 @@ def test_prefill_never_modifies_the_cached_kv(ns, model, prefixes, data, block_s
     for prefix in prefixes:
         cache.add_prefix(prefix)
     before = {key: [t.clone() for t in _flat(kv)] for key, kv in cache.prefix_kv.items()}
-    prompts = [p + data.draw(st.lists(st.integers(0, 3), max_size=5)) for p in prefixes] + list(prefixes)
+    prompts = [p + data.draw(st.lists(st.integers(0, 3), max_size=5)) for p in prefixes] + list(
+        prefixes
+    )
     first = [cache.prefill(p)[0] for p in prompts]
     second = [cache.prefill(p)[0] for p in prompts]
-    assert all(torch.equal(a, b) for a, b in zip(first, second)), "a prefill changed a later prefill"
+    assert all(torch.equal(a, b) for a, b in zip(first, second)), (
+        "a prefill changed a later prefill"
+    )
     assert before.keys() == cache.prefix_kv.keys()
     for key, saved in before.items():
-        assert all(torch.equal(a, b) for a, b in zip(saved, _flat(cache.prefix_kv[key]))), f"cached KV of {key} changed"
+        assert all(torch.equal(a, b) for a, b in zip(saved, _flat(cache.prefix_kv[key]))), (
+            f"cached KV of {key} changed"
+        )
 
 
 def test_adding_a_registered_prefix_again_computes_nothing(ns, model):
@@ -250,13 +276,19 @@ def test_analytic_attention_peak_matches_the_hook(ns, model, num_tokens, chunk_s
     if chunk_size is None:
         measured = ns["attention_peak_bytes"](model, lambda: model(prompt))
     else:
-        measured = ns["attention_peak_bytes"](model, lambda: ns["chunked_prefill"](model, prompt, chunk_size))
+        measured = ns["attention_peak_bytes"](
+            model, lambda: ns["chunked_prefill"](model, prompt, chunk_size)
+        )
     assert measured == ns["analytic_attention_peak_bytes"](model.config, num_tokens, chunk_size)
 
 
 def test_attention_hooks_are_removed_after_measuring(ns, model):
     ns["attention_peak_bytes"](model, lambda: model([1, 2, 3]))
-    assert all(not m.scores_tap._forward_hooks for m in model.modules() if isinstance(m, ns["CausalSelfAttention"]))
+    assert all(
+        not m.scores_tap._forward_hooks
+        for m in model.modules()
+        if isinstance(m, ns["CausalSelfAttention"])
+    )
 
 
 def test_cost_model_is_one_without_hits_and_between_its_limits(ns):
@@ -265,7 +297,9 @@ def test_cost_model_is_one_without_hits_and_between_its_limits(ns):
     for h in (0.25, 0.5, 0.9, 0.95):
         value = speedup(h, 1024, 3_000_000, 4, 256)
         assert 1 / (1 - h * h) < value < 1 / (1 - h)
-    assert speedup(0.9, 10**9, 1, 1, 1) == pytest.approx(1 / (1 - 0.81), rel=1e-6)  # attention-bound limit
+    assert speedup(0.9, 10**9, 1, 1, 1) == pytest.approx(
+        1 / (1 - 0.81), rel=1e-6
+    )  # attention-bound limit
 
 
 def test_non_embedding_params_leaves_out_the_embeddings(ns, model):

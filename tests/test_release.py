@@ -30,20 +30,41 @@ def release_text():
 def test_release_holds_no_solution_line_and_no_hidden_test_line():
     text = "\n".join(cell.source for cell in release().cells)
     source = read_source()
-    solution_lines = {ln.strip() for c in source.cells for r in SOLUTION_REGION.findall(c.source) for ln in r.splitlines()}
-    hidden_lines = {ln.strip() for c in source.cells for r in HIDDEN_REGION.findall(c.source) for ln in r.splitlines()}
+    solution_lines = {
+        ln.strip()
+        for c in source.cells
+        for r in SOLUTION_REGION.findall(c.source)
+        for ln in r.splitlines()
+    }
     released_lines = {ln.strip() for ln in text.splitlines()}
-    trivial = {"", "return plan", "return chunks", "return normalized"}
-    leaked = (solution_lines - trivial) & released_lines
+    # Lines that the given (non-solution) code also has are no leak: `else:`, `break`, a shared lookup.
+    given_lines = {
+        ln.strip() for c in source.cells for ln in SOLUTION_REGION.sub("", c.source).splitlines()
+    }
+    leaked = (solution_lines - given_lines) & released_lines
     assert not leaked, f"solution code in the release: {sorted(leaked)[:5]}"
-    leaked = {ln for ln in hidden_lines & released_lines if len(ln) > 12}
+    # A hidden line that the shown code also has (`import random`, `else:`) proves nothing.
+    hidden_lines = {
+        ln.strip()
+        for c in source.cells
+        for r in HIDDEN_REGION.findall(c.source)
+        for ln in r.splitlines()
+    }
+    shown_lines = {
+        ln.strip() for c in source.cells for ln in HIDDEN_REGION.sub("", c.source).splitlines()
+    }
+    leaked = (hidden_lines - shown_lines) & released_lines
     assert not leaked, f"hidden tests in the release: {sorted(leaked)[:5]}"
     for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS", "_hidden_todo"):
         assert marker not in release_text()
 
 
 def test_solutions_only_analysis_is_left_out_of_the_release():
-    analysis = [c.source for c in source_notebook(for_release=False).cells if SOLUTIONS_ONLY in c.metadata.get("tags", [])]
+    analysis = [
+        c.source
+        for c in source_notebook(for_release=False).cells
+        if SOLUTIONS_ONLY in c.metadata.get("tags", [])
+    ]
     assert analysis, "the source should carry the 解析 as solutions-only cells"
     for text in analysis:
         assert text not in release_text()
@@ -51,7 +72,11 @@ def test_solutions_only_analysis_is_left_out_of_the_release():
 
 def test_every_todo_region_becomes_a_stub_that_raises_not_implemented():
     source_regions = sum(len(SOLUTION_REGION.findall(c.source)) for c in read_source().cells)
-    stubs = sum(c.source.count("raise NotImplementedError()") for c in release().cells if nbgrader_meta(c).get("solution"))
+    stubs = sum(
+        c.source.count("raise NotImplementedError()")
+        for c in release().cells
+        if nbgrader_meta(c).get("solution")
+    )
     assert stubs == source_regions > 0
 
 
@@ -67,12 +92,19 @@ def test_the_class_the_learner_completes_is_one_code_cell_with_the_seed_api():
     assert len(cells) == 1 and nbgrader_meta(cells[0]).get("solution")
     tree = ast.parse(cells[0].source)
     cls = next(node for node in tree.body if isinstance(node, ast.ClassDef))
-    methods = {f.name: [a.arg for a in f.args.args] for f in cls.body if isinstance(f, ast.FunctionDef)}
+    methods = {
+        f.name: [a.arg for a in f.args.args] for f in cls.body if isinstance(f, ast.FunctionDef)
+    }
     assert methods == {
-        "__init__": ["self", "block_size"], "_normalize": ["self", "tokens"], "_chunk_tokens": ["self", "tokens"],
-        "add_prefix": ["self", "prefix_tokens"], "match_prefix": ["self", "prompt_tokens"],
-        "split_prompt": ["self", "prompt_tokens"], "chunked_prefill_plan": ["self", "prompt_tokens"],
-        "cache_stats": ["self", "prompt_tokens"], "chunked_suffix_prefill_plan": ["self", "prompt_tokens"],
+        "__init__": ["self", "block_size"],
+        "_normalize": ["self", "tokens"],
+        "_chunk_tokens": ["self", "tokens"],
+        "add_prefix": ["self", "prefix_tokens"],
+        "match_prefix": ["self", "prompt_tokens"],
+        "split_prompt": ["self", "prompt_tokens"],
+        "chunked_prefill_plan": ["self", "prompt_tokens"],
+        "cache_stats": ["self", "prompt_tokens"],
+        "chunked_suffix_prefill_plan": ["self", "prompt_tokens"],
     }
     todo_order = [int(n) for n in re.findall(r"# TODO (\d+):", cells[0].source)]
     assert todo_order == list(range(1, 9))
@@ -83,11 +115,15 @@ def test_visible_test_cell_keeps_every_assertion_of_the_seed():
     if not seeds:
         pytest.skip(f"the seed chapter is not at {SEED_DIR}")
     seed = seeds[0].read_text(encoding="utf-8")
-    seed_test = seed[seed.index("def test_prefix_cache_manager"): seed.index("test_prefix_cache_manager()🛑")]
+    seed_test = seed[
+        seed.index("def test_prefix_cache_manager") : seed.index("test_prefix_cache_manager()🛑")
+    ]
     normal = lambda line: re.sub(r"\s+", "", line.split("  #")[0]).replace("'", '"')  # noqa: E731
     seed_asserts = [normal(ln) for ln in seed_test.splitlines() if ln.strip().startswith("assert")]
     cell = next(c for c in release().cells if c.id == "visible_tests")
-    cell_asserts = [normal(ln) for ln in cell.source.splitlines() if ln.strip().startswith("assert")]
+    cell_asserts = [
+        normal(ln) for ln in cell.source.splitlines() if ln.strip().startswith("assert")
+    ]
     assert len(seed_asserts) == 14, "the seed test has 14 assertions"
     assert cell_asserts == seed_asserts
 
@@ -105,26 +141,50 @@ def test_student_notebook_imports_only_the_standard_library_and_torch():
         if cell.cell_type != "code":
             continue
         for node in ast.walk(ast.parse(cell.source)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 assert name.split(".")[0] in allowed, f"the student notebook imports {name}"
-    assert "matplotlib" not in release_text() or "except ImportError" in release_text(), "matplotlib must stay optional"
+    assert "matplotlib" not in release_text() or "except ImportError" in release_text(), (
+        "matplotlib must stay optional"
+    )
 
 
 def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(tmp_path):
     nb = release()
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         errors = [o for o in cell.outputs if o.output_type == "error"]
-        checks = nbgrader_meta(cell).get("grade") or cell.id == "visible_tests"
-        if checks:
-            assert errors and errors[0].ename == "NotImplementedError", f"{cell.id} should fail with NotImplementedError"
+        if cell.id == "visible_tests":
+            assert [e.ename for e in errors] == ["NotImplementedError"], (
+                "the visible tests should ask for the TODOs"
+            )
+        elif nbgrader_meta(cell).get(
+            "grade"
+        ):  # a grade cell shows little or nothing until its hidden tests run
+            assert [e.ename for e in errors] in ([], ["NotImplementedError"]), (
+                f"{cell.id}: {errors}"
+            )
         else:
-            assert not errors, f"cell {cell.id} raises {errors[0].ename if errors else ''} in the untouched notebook"
-    assert nb.cells[-1].cell_type == "code" and "run_chunked_gpu_probe(RUN_MODE" in nb.cells[-1].source
+            assert not errors, (
+                f"cell {cell.id} raises {errors[0].ename if errors else ''} in the untouched notebook"
+            )
+    assert (
+        nb.cells[-1].cell_type == "code" and "run_chunked_gpu_probe(RUN_MODE" in nb.cells[-1].source
+    )
     assert '"mode": "dry_run"' in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
 
 

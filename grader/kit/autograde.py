@@ -91,12 +91,22 @@ def sandbox_available() -> bool:
     """True when bubblewrap can create the namespaces the kernel sandbox needs."""
     if shutil.which("bwrap") is None:
         return False
-    probe = os.system("bwrap --ro-bind / / --unshare-pid --unshare-net --die-with-parent true >/dev/null 2>&1")
+    probe = os.system(
+        "bwrap --ro-bind / / --unshare-pid --unshare-net --die-with-parent true >/dev/null 2>&1"
+    )
     return probe == 0
 
 
-def grade_all(submissions: list[Path], report_dir: Path, *, course: Path, jobs: int,
-              limits: Limits = Limits(), sandbox: bool = True, progress=sys.stderr) -> list[Outcome]:
+def grade_all(
+    submissions: list[Path],
+    report_dir: Path,
+    *,
+    course: Path,
+    jobs: int,
+    limits: Limits = Limits(),
+    sandbox: bool = True,
+    progress=sys.stderr,
+) -> list[Outcome]:
     """Grade `submissions` (paths to .ipynb files) into `report_dir`; return one outcome each, sorted by id."""
     course = course.resolve()
     if not (course / "gradebook.db").exists():
@@ -118,9 +128,22 @@ def grade_all(submissions: list[Path], report_dir: Path, *, course: Path, jobs: 
                 workdir = work_root / f"{index:04d}"
                 outcome = prepare(path, student_id, release, course, workdir)
                 if outcome is not None:  # could not even be normalised: no kernel needed
-                    outcomes.append(finish(outcome, workdir, report_dir, start, len(submissions), outcomes, progress))
+                    outcomes.append(
+                        finish(
+                            outcome,
+                            workdir,
+                            report_dir,
+                            start,
+                            len(submissions),
+                            outcomes,
+                            progress,
+                        )
+                    )
                     continue
-                proc = context.Process(target=grade_in_child, args=(workdir, student_id, limits, sandbox, hide, threads))
+                proc = context.Process(
+                    target=grade_in_child,
+                    args=(workdir, student_id, limits, sandbox, hide, threads),
+                )
                 proc.start()
                 running[proc] = (student_id, workdir, time.monotonic())
             time.sleep(0.05)
@@ -134,7 +157,11 @@ def grade_all(submissions: list[Path], report_dir: Path, *, course: Path, jobs: 
                 del running[proc]
                 outcome = collect(workdir, student_id, proc.exitcode, overdue, limits)
                 outcome.seconds = time.monotonic() - began
-                outcomes.append(finish(outcome, workdir, report_dir, start, len(submissions), outcomes, progress))
+                outcomes.append(
+                    finish(
+                        outcome, workdir, report_dir, start, len(submissions), outcomes, progress
+                    )
+                )
     finally:
         for proc in running:
             kill_tree(proc.pid)
@@ -154,7 +181,11 @@ def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -
     except OSError as error:
         return Outcome(student_id, "unreadable", f"could not read the file: {error.strerror}")
     target = workdir / "course"
-    shutil.copytree(course, target, ignore=shutil.ignore_patterns("release", "autograded", "feedback", "submitted"))
+    shutil.copytree(
+        course,
+        target,
+        ignore=shutil.ignore_patterns("release", "autograded", "feedback", "submitted"),
+    )
     submitted = target / "submitted" / student_id / ASSIGNMENT
     submitted.mkdir(parents=True)
     nbformat.write(normalized.notebook, submitted / NOTEBOOK_NAME)
@@ -164,32 +195,48 @@ def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -
     return None
 
 
-def grade_in_child(workdir: Path, student_id: str, limits: Limits, sandbox: bool, hide: list[Path],
-                   threads: int) -> None:
+def grade_in_child(
+    workdir: Path, student_id: str, limits: Limits, sandbox: bool, hide: list[Path], threads: int
+) -> None:
     """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json."""
     os.setpgrp()  # so the parent can kill this process and everything it started at once
-    warnings.simplefilter("ignore")  # nbgrader's SQLAlchemy warnings are not the instructor's business
+    warnings.simplefilter(
+        "ignore"
+    )  # nbgrader's SQLAlchemy warnings are not the instructor's business
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes * 2, limits.memory_bytes * 2))
     for name in ("scratch/.ipython/profile_default/startup", "runtime", "kernels/" + KERNEL_NAME):
         (workdir / name).mkdir(parents=True, exist_ok=True)
     # Runs in the kernel before any learner code (the kernel's HOME is the scratch directory).
     (workdir / "scratch/.ipython/profile_default/startup/00-output-cap.py").write_text(
-        OUTPUT_CAP.replace("LIMIT", str(limits.output_bytes)))
-    (workdir / "kernels" / KERNEL_NAME / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, str(SANDBOX_SCRIPT), "{connection_file}"],
-        "display_name": "Python 3 (ch34 sandbox)", "language": "python",
-        # SIGINT cannot cross bubblewrap's PID namespace; ask the kernel to interrupt itself instead.
-        "interrupt_mode": "message",
-    }))
-    keep = [Path(sys.prefix).resolve()] if any(Path(sys.prefix).resolve().is_relative_to(h) for h in hide) else []
+        OUTPUT_CAP.replace("LIMIT", str(limits.output_bytes))
+    )
+    (workdir / "kernels" / KERNEL_NAME / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, str(SANDBOX_SCRIPT), "{connection_file}"],
+                "display_name": "Python 3 (ch34 sandbox)",
+                "language": "python",
+                # SIGINT cannot cross bubblewrap's PID namespace; ask the kernel to interrupt itself instead.
+                "interrupt_mode": "message",
+            }
+        )
+    )
+    keep = (
+        [Path(sys.prefix).resolve()]
+        if any(Path(sys.prefix).resolve().is_relative_to(h) for h in hide)
+        else []
+    )
     os.environ.update(
-        JUPYTER_PATH=str(workdir), JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
+        JUPYTER_PATH=str(workdir),
+        JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
         CH34_SANDBOX_SCRATCH=str(workdir / "scratch"),
         CH34_SANDBOX_HIDE=os.pathsep.join(map(str, hide + [workdir / "course"])),
         CH34_SANDBOX_KEEP=os.pathsep.join(map(str, keep)),
-        CH34_SANDBOX_MEMORY=str(limits.memory_bytes), CH34_SANDBOX_BWRAP="1" if sandbox else "0",
+        CH34_SANDBOX_MEMORY=str(limits.memory_bytes),
+        CH34_SANDBOX_BWRAP="1" if sandbox else "0",
         # Kernels graded side by side share the cores: one BLAS/torch thread each, no oversubscription.
-        OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
     )
     result = run_nbgrader(workdir, student_id, limits)
     (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
@@ -218,8 +265,12 @@ def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
     seconds = {"autograde": time.perf_counter() - began}
     if not graded["success"]:
         return {"status": "failed", "log": graded.get("log", "") + graded.get("error", "")}
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", config.CourseDirectory.course_id) as gradebook:
-        notebook = gradebook.find_submission_notebook(NOTEBOOK_NAME[: -len(".ipynb")], ASSIGNMENT, student_id)
+    with Gradebook(
+        f"sqlite:///{course / 'gradebook.db'}", config.CourseDirectory.course_id
+    ) as gradebook:
+        notebook = gradebook.find_submission_notebook(
+            NOTEBOOK_NAME[: -len(".ipynb")], ASSIGNMENT, student_id
+        )
         scores = {grade.name: (grade.score, grade.max_score) for grade in notebook.grades}
     autograded = course / "autograded" / student_id / ASSIGNMENT / NOTEBOOK_NAME
     return {"status": "graded", "scores": scores, "seconds": seconds, "autograded": str(autograded)}
@@ -227,14 +278,27 @@ def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
 
 def collect(workdir: Path, student_id: str, exitcode, overdue: bool, limits: Limits) -> Outcome:
     """Turn what the child left behind into an Outcome."""
-    repairs = json.loads((workdir / "repairs.json").read_text()) if (workdir / "repairs.json").exists() else []
+    repairs = (
+        json.loads((workdir / "repairs.json").read_text())
+        if (workdir / "repairs.json").exists()
+        else []
+    )
     result_file = workdir / "result.json"
     if overdue:
-        return Outcome(student_id, "timeout", f"the notebook ran past the {limits.notebook_timeout_s} s limit "
-                       "(an endless loop, or one that ignores interrupts?)", repairs=repairs)
+        return Outcome(
+            student_id,
+            "timeout",
+            f"the notebook ran past the {limits.notebook_timeout_s} s limit "
+            "(an endless loop, or one that ignores interrupts?)",
+            repairs=repairs,
+        )
     if not result_file.exists():
-        return Outcome(student_id, "grader_crash", f"the grading process ended with code {exitcode} "
-                       "(memory limit or a signal)", repairs=repairs)
+        return Outcome(
+            student_id,
+            "grader_crash",
+            f"the grading process ended with code {exitcode} (memory limit or a signal)",
+            repairs=repairs,
+        )
     result = json.loads(result_file.read_text())
     if os.environ.get("CH34_GRADING_PHASES"):
         print(f"{student_id}: {result.get('seconds')}", file=sys.stderr)
@@ -246,28 +310,54 @@ def collect(workdir: Path, student_id: str, exitcode, overdue: bool, limits: Lim
         earned = sum(score for score, _ in scores.values())
         reason = f"suspicious code, would have scored {earned:g}: " + "; ".join(findings)
         zeroed = {k: (0.0, maximum) for k, (_, maximum) in scores.items()}
-        return Outcome(student_id, "flagged", reason, zeroed, repairs, autograded=result["autograded"])
-    return Outcome(student_id, "graded", scores=scores, repairs=repairs, autograded=result["autograded"])
+        return Outcome(
+            student_id, "flagged", reason, zeroed, repairs, autograded=result["autograded"]
+        )
+    return Outcome(
+        student_id, "graded", scores=scores, repairs=repairs, autograded=result["autograded"]
+    )
 
 
 def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
     """Status and reason for a notebook nbgrader gave up on."""
     if "DeadKernelError" in log or "Kernel died" in log or "kernel died" in log:
-        return "kernel_died", "the kernel died while running the notebook (os._exit, a crash or the memory limit)"
+        return (
+            "kernel_died",
+            "the kernel died while running the notebook (os._exit, a crash or the memory limit)",
+        )
     if "Timeout" in log or "timed out" in log:
-        return "timeout", f"a cell did not finish within {limits.cell_timeout_s} s and could not be interrupted"
+        return (
+            "timeout",
+            f"a cell did not finish within {limits.cell_timeout_s} s and could not be interrupted",
+        )
     last = [line for line in log.splitlines() if line.strip()][-1:] or ["no log"]
     return "grader_error", f"nbgrader could not grade this notebook: {last[0][:200]}"
 
 
-def finish(outcome: Outcome, workdir: Path, report_dir: Path, start: float, total: int,
-           done: list, progress) -> Outcome:
+def finish(
+    outcome: Outcome,
+    workdir: Path,
+    report_dir: Path,
+    start: float,
+    total: int,
+    done: list,
+    progress,
+) -> Outcome:
     """Write the feedback page and one progress line, and clean the working copy."""
     page = report_dir / "feedback" / f"{outcome.student_id}.html"
     if outcome.autograded and Path(outcome.autograded).exists():
         autograded = nbformat.read(outcome.autograded, as_version=4)
-        page.write_text(feedback.render(outcome.student_id, autograded, outcome.scores, status=outcome.status,
-                                        reason=outcome.reason, repairs=outcome.repairs), encoding="utf-8")
+        page.write_text(
+            feedback.render(
+                outcome.student_id,
+                autograded,
+                outcome.scores,
+                status=outcome.status,
+                reason=outcome.reason,
+                repairs=outcome.repairs,
+            ),
+            encoding="utf-8",
+        )
     else:
         page.write_text(report.failure_page(outcome), encoding="utf-8")
     shutil.rmtree(workdir, ignore_errors=True)
@@ -276,8 +366,12 @@ def finish(outcome: Outcome, workdir: Path, report_dir: Path, start: float, tota
     eta = elapsed / count * (total - count)
     score = sum(s for s, _ in outcome.scores.values())
     maximum = sum(m for _, m in outcome.scores.values())
-    print(f"[{count:>3}/{total}] {outcome.student_id:<24} {outcome.status:<14} "
-          f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s", file=progress, flush=True)
+    print(
+        f"[{count:>3}/{total}] {outcome.student_id:<24} {outcome.status:<14} "
+        f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s",
+        file=progress,
+        flush=True,
+    )
     return outcome
 
 
@@ -290,35 +384,72 @@ def kill_tree(pid: int) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="Grade every <student_id>.ipynb in a folder with nbgrader.")
+    parser = argparse.ArgumentParser(
+        description="Grade every <student_id>.ipynb in a folder with nbgrader."
+    )
     parser.add_argument("submissions", type=Path, help="folder of downloaded .ipynb files")
-    parser.add_argument("--report", type=Path, default=Path("report"), help="where grades.csv and feedback/ go")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once")
+    parser.add_argument(
+        "--report", type=Path, default=Path("report"), help="where grades.csv and feedback/ go"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=os.cpu_count() or 1, help="submissions graded at once"
+    )
     parser.add_argument("--course", type=Path, default=REPO_ROOT / GRADING_COURSE)
     parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap")
-    parser.add_argument("--cell-timeout", type=int, default=Limits.cell_timeout_s, help="seconds per cell")
-    parser.add_argument("--notebook-timeout", type=int, default=Limits.notebook_timeout_s, help="seconds per notebook")
-    parser.add_argument("--memory-gb", type=float, default=Limits.memory_bytes / 2**30, help="kernel memory cap")
+    parser.add_argument(
+        "--cell-timeout", type=int, default=Limits.cell_timeout_s, help="seconds per cell"
+    )
+    parser.add_argument(
+        "--notebook-timeout",
+        type=int,
+        default=Limits.notebook_timeout_s,
+        help="seconds per notebook",
+    )
+    parser.add_argument(
+        "--memory-gb", type=float, default=Limits.memory_bytes / 2**30, help="kernel memory cap"
+    )
     args = parser.parse_args(argv)
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
     if not args.submissions.is_dir():
-        print(f"error: {args.submissions} is not a folder; pass SUBMISSIONS=<folder of .ipynb files>", file=sys.stderr)
+        print(
+            f"error: {args.submissions} is not a folder; pass SUBMISSIONS=<folder of .ipynb files>",
+            file=sys.stderr,
+        )
         return 2
-    submissions = sorted(p for p in args.submissions.iterdir() if p.suffix == ".ipynb" and p.is_file())
+    submissions = sorted(
+        p for p in args.submissions.iterdir() if p.suffix == ".ipynb" and p.is_file()
+    )
     if not submissions:
         print(f"error: no .ipynb files in {args.submissions}", file=sys.stderr)
         return 2
     sandbox = not args.no_sandbox and sandbox_available()
     if not sandbox:
-        print("WARNING: grading WITHOUT a sandbox: student code runs with your permissions"
-              + ("" if args.no_sandbox else " (bubblewrap is missing or cannot create namespaces: apt-get install bubblewrap)"),
-              file=sys.stderr)
-    print(f"grading {len(submissions)} submissions, {args.jobs} at a time, sandbox: "
-          f"{'bubblewrap' if sandbox else 'NONE'}", file=sys.stderr)
-    outcomes = grade_all(submissions, args.report, course=args.course, jobs=max(1, args.jobs),
-                         limits=limits, sandbox=sandbox)
+        print(
+            "WARNING: grading WITHOUT a sandbox: student code runs with your permissions"
+            + (
+                ""
+                if args.no_sandbox
+                else " (bubblewrap is missing or cannot create namespaces: apt-get install bubblewrap)"
+            ),
+            file=sys.stderr,
+        )
+    print(
+        f"grading {len(submissions)} submissions, {args.jobs} at a time, sandbox: "
+        f"{'bubblewrap' if sandbox else 'NONE'}",
+        file=sys.stderr,
+    )
+    outcomes = grade_all(
+        submissions,
+        args.report,
+        course=args.course,
+        jobs=max(1, args.jobs),
+        limits=limits,
+        sandbox=sandbox,
+    )
     print(report.summary_table(outcomes))
-    print(f"wrote {args.report / 'grades.csv'} and {len(outcomes)} feedback files in {args.report / 'feedback'}")
+    print(
+        f"wrote {args.report / 'grades.csv'} and {len(outcomes)} feedback files in {args.report / 'feedback'}"
+    )
     return 0
 
 

@@ -47,7 +47,9 @@ NOTEBOOK_METADATA = {
 }
 EXECUTE_TIMEOUT_S = 300
 GRADING_COURSE = Path("build") / "grading-course"  # under --out; the autograder's template
-STUDENT_RELEASE = "student-release.ipynb"  # in the grading course: what submissions are normalised against
+STUDENT_RELEASE = (
+    "student-release.ipynb"  # in the grading course: what submissions are normalised against
+)
 
 
 def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat.NotebookNode:
@@ -76,12 +78,19 @@ def build_course(course_dir: Path, *, for_grading: bool = False) -> Path:
     source_dir = course_dir / "source" / ASSIGNMENT
     source_dir.mkdir(parents=True)
     shutil.copy(CONFIG_PATH, course_dir / "nbgrader_config.py")
-    write_notebook(source_notebook(for_release=True, for_grading=for_grading), source_dir / NOTEBOOK_NAME)
+    write_notebook(
+        source_notebook(for_release=True, for_grading=for_grading), source_dir / NOTEBOOK_NAME
+    )
     # nbgrader runs `alembic` by bare name when it creates the gradebook.
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = dict(
+        os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
     run = subprocess.run(
         [sys.executable, "-m", "nbgrader", "generate_assignment", ASSIGNMENT, "--force"],
-        cwd=course_dir, env=env, capture_output=True, text=True,
+        cwd=course_dir,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     release = course_dir / "release" / ASSIGNMENT / NOTEBOOK_NAME
     if run.returncode != 0 or not release.exists():
@@ -110,8 +119,12 @@ def solutions_notebook(*, execute: bool = True) -> nbformat.NotebookNode:
             config.KernelManager.transport = "ipc"  # local sockets: no TCP warning, no port races
             config.KernelManager.ip = os.path.join(workdir, "kernel")
             NotebookClient(
-                nb, timeout=EXECUTE_TIMEOUT_S, kernel_name="python3", record_timing=False,
-                resources={"metadata": {"path": workdir}}, config=config,
+                nb,
+                timeout=EXECUTE_TIMEOUT_S,
+                kernel_name="python3",
+                record_timing=False,
+                resources={"metadata": {"path": workdir}},
+                config=config,
             ).execute()
     return canonical(nb, keep_outputs=True)
 
@@ -147,8 +160,12 @@ def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["notebooks", "solutions", "all"])
-    parser.add_argument("--out", type=Path, default=REPO_ROOT, help="root of the outputs (default: the repo)")
-    parser.add_argument("--no-execute", action="store_true", help="write the solutions without running them")
+    parser.add_argument(
+        "--out", type=Path, default=REPO_ROOT, help="root of the outputs (default: the repo)"
+    )
+    parser.add_argument(
+        "--no-execute", action="store_true", help="write the solutions without running them"
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.what in ("notebooks", "all"):

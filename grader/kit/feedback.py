@@ -24,7 +24,9 @@ table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: .
 """
 
 
-def render(student_id: str, nb, scores: dict, *, status: str = "graded", reason: str = "", repairs=()) -> str:
+def render(
+    student_id: str, nb, scores: dict, *, status: str = "graded", reason: str = "", repairs=()
+) -> str:
     """The feedback page. `scores` maps grade_id to (score, max_score); `nb` is the autograded notebook."""
     total = sum(score for score, _ in scores.values())
     maximum = sum(points for _, points in scores.values())
@@ -34,7 +36,9 @@ def render(student_id: str, nb, scores: dict, *, status: str = "graded", reason:
     parts.append(summary_table(scores))
     if repairs:
         items = "".join(f"<li>{esc(line)}</li>" for line in repairs)
-        parts.append(f"<h2>评分前的修复</h2><p>你的 notebook 在评分前被整理过（不影响得分）：</p><ul>{items}</ul>")
+        parts.append(
+            f"<h2>评分前的修复</h2><p>你的 notebook 在评分前被整理过（不影响得分）：</p><ul>{items}</ul>"
+        )
     parts.append("<h2>逐格结果</h2>")
     for cell in nb.cells:
         if cell.cell_type == "code":

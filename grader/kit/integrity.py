@@ -76,13 +76,18 @@ def _suspicious(tree: ast.AST):
                 yield SUSPICIOUS_NAMES[node.attr]
             if isinstance(node.value, ast.Name) and (node.value.id, node.attr) in SUSPICIOUS_CALLS:
                 yield SUSPICIOUS_CALLS[(node.value.id, node.attr)]
-            if isinstance(node.value, ast.Attribute) and (node.value.attr, node.attr) in SUSPICIOUS_CALLS:
+            if (
+                isinstance(node.value, ast.Attribute)
+                and (node.value.attr, node.attr) in SUSPICIOUS_CALLS
+            ):
                 yield SUSPICIOUS_CALLS[(node.value.attr, node.attr)]
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 module = (node.module if isinstance(node, ast.ImportFrom) else alias.name) or ""
                 if module.split(".")[0] in SUSPICIOUS_NAMES or alias.name in SUSPICIOUS_NAMES:
-                    yield SUSPICIOUS_NAMES.get(module.split(".")[0], SUSPICIOUS_NAMES.get(alias.name))
+                    yield SUSPICIOUS_NAMES.get(
+                        module.split(".")[0], SUSPICIOUS_NAMES.get(alias.name)
+                    )
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             for needle, what in SUSPICIOUS_STRINGS.items():
                 if needle.lower() in node.value.lower():
@@ -91,4 +96,6 @@ def _suspicious(tree: ast.AST):
 
 def _python_only(source: str) -> str:
     """Drop IPython magics and shell escapes, which `ast` cannot parse."""
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    return "\n".join(
+        "" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines()
+    )

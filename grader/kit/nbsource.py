@@ -22,7 +22,9 @@ SOURCE_PATH = REPO_ROOT / "grader" / "source" / ASSIGNMENT / f"{ASSIGNMENT}.py"
 
 # The one place that names the repository: the "Open in Colab" badge is built from it.
 GITHUB_REPO = "inference-course/ch34-prefix-cache-kit"
-COLAB_URL = f"https://colab.research.google.com/github/{GITHUB_REPO}/blob/main/notebooks/{NOTEBOOK_NAME}"
+COLAB_URL = (
+    f"https://colab.research.google.com/github/{GITHUB_REPO}/blob/main/notebooks/{NOTEBOOK_NAME}"
+)
 
 _SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", re.MULTILINE)
 _HIDDEN_BLOCK = re.compile(

@@ -68,7 +68,9 @@ def summary_table(outcomes) -> str:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     repaired = sum(1 for o in outcomes if o.repairs)
     lines.append("-" * 78)
-    lines.append(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {repaired} repaired")
+    lines.append(
+        ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {repaired} repaired"
+    )
     return "\n".join(lines)
 
 
@@ -76,7 +78,7 @@ def failure_page(outcome) -> str:
     """Feedback for a submission nbgrader could not grade: what happened and what to fix."""
     repairs = "".join(f"<li>{html.escape(r)}</li>" for r in outcome.repairs)
     return (
-        "<!DOCTYPE html>\n<html lang=\"zh\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="zh"><head><meta charset="utf-8">'
         f"<title>{html.escape(outcome.student_id)}: {html.escape(outcome.status)}</title></head><body>\n"
         f"<h1>{html.escape(outcome.student_id)}：未能自动评分（{html.escape(outcome.status)}）</h1>\n"
         f"<p>得分 0。原因：{html.escape(outcome.reason)}</p>\n"

@@ -24,7 +24,9 @@ import shutil
 import sys
 
 # JPY_PARENT_PID: inside the PID namespace the parent looks gone; --die-with-parent does its job.
-GRADER_VARIABLES = ("NBGRADER_EXECUTION", "JPY_PARENT_PID") + tuple(v for v in os.environ if v.startswith("CH34_SANDBOX_"))
+GRADER_VARIABLES = ("NBGRADER_EXECUTION", "JPY_PARENT_PID") + tuple(
+    v for v in os.environ if v.startswith("CH34_SANDBOX_")
+)
 
 
 def sandbox_argv(connection_file: str) -> list:
@@ -40,7 +42,14 @@ def sandbox_argv(connection_file: str) -> list:
     for path in filter(None, os.environ.get("CH34_SANDBOX_KEEP", "").split(os.pathsep)):
         argv += ["--ro-bind", path, path]
     argv += ["--bind", scratch, scratch, "--bind", runtime_dir, runtime_dir, "--chdir", scratch]
-    argv += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--new-session"]
+    argv += [
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+    ]
     argv += ["--setenv", "HOME", scratch, "--setenv", "TMPDIR", "/tmp"]
     for name in GRADER_VARIABLES:
         argv += ["--unsetenv", name]
@@ -65,7 +74,11 @@ def main() -> None:
         for name in GRADER_VARIABLES:
             os.environ.pop(name, None)
     # The kernel's own banner and warnings go to a log beside the sockets, not to the grader's terminal.
-    log = os.open(os.path.join(os.path.dirname(json_ip(connection_file)), "kernel.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    log = os.open(
+        os.path.join(os.path.dirname(json_ip(connection_file)), "kernel.log"),
+        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        0o600,
+    )
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.execvp(argv[0], argv)

@@ -18,7 +18,10 @@ from .nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
 
 # Two slips a learner could make: the tail chunk dropped (TODO 2), an integer ratio (TODO 7).
 PARTLY_WRONG_EDITS = (
-    ("for i in range(0, len(tokens), self.block_size)]", "for i in range(0, len(tokens) - len(tokens) % self.block_size, self.block_size)]"),
+    (
+        "for i in range(0, len(tokens), self.block_size)]",
+        "for i in range(0, len(tokens) - len(tokens) % self.block_size, self.block_size)]",
+    ),
     ("round(hit_tokens / len(prompt), 4)", "hit_tokens // len(prompt)"),
 )
 
@@ -42,7 +45,9 @@ def filled_submission(release, solutions, edits=()) -> nbformat.NotebookNode:
         places = [cell for cell in answer_cells if old in cell.source]
         count = sum(cell.source.count(old) for cell in places)
         if count != 1:
-            raise ValueError(f"edit {old!r} matches {count} places in the solution code; it must match exactly one")
+            raise ValueError(
+                f"edit {old!r} matches {count} places in the solution code; it must match exactly one"
+            )
         places[0].source = places[0].source.replace(old, new)
     return nb
 

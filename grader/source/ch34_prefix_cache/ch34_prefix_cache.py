@@ -928,8 +928,8 @@ def _hidden_todo9():
 
         def __call__(self, token_ids, past_kv=None):
             idx = _torch.as_tensor(token_ids, dtype=_torch.long)
-            if idx.dim() != 1 or idx.numel() == 0:
-                raise ValueError("token_ids 必须是非空的一维序列")
+            if not (idx.dim() == 1 and idx.numel() > 0):
+                raise ValueError("参考模型只接受非空的一维 token 序列")
             d, nh, hs = self.d, self.nh, self.d // self.nh
             P, T = (0 if past_kv is None else past_kv[0][0].shape[1]), idx.numel()
             x = self.wte[idx] + self.wpe[P : P + T]
@@ -940,9 +940,9 @@ def _hidden_todo9():
                 if past_kv is not None:
                     k = _torch.cat([past_kv[layer][0], k], dim=1)
                     v = _torch.cat([past_kv[layer][1], v], dim=1)
-                S = k.shape[1]
+                keys = k.shape[1]
                 att = (q @ k.transpose(-2, -1)) * hs**-0.5
-                att = att.masked_fill(~_torch.ones(T, S, dtype=_torch.bool).tril(S - T), float("-inf")).softmax(-1)
+                att = att.masked_fill(~_torch.ones(T, keys, dtype=_torch.bool).tril(keys - T), float("-inf")).softmax(-1)
                 x = x + (att @ v).transpose(0, 1).reshape(T, d) @ w_proj
                 x = x + _F.gelu(_F.layer_norm(x, (d,)) @ w_fc) @ w_out
                 new_kv.append((k, v))
@@ -1076,10 +1076,9 @@ class KVPrefixCache:
             raise ValueError("前缀不能为空")
         ### BEGIN SOLUTION
         key = tuple(tokens)
-        if key in self.prefix_kv:
-            return
-        _, self.prefix_kv[key] = chunked_prefill(self.model, tokens, self.block_size)
-        self.manager.add_prefix(tokens)  # KV 算好了再登记：账本里有的前缀一定有 KV
+        if key not in self.prefix_kv:  # 已登记的前缀不重算
+            _, self.prefix_kv[key] = chunked_prefill(self.model, tokens, self.block_size)
+            self.manager.add_prefix(tokens)  # KV 算好了再登记：账本里有的前缀一定有 KV
         ### END SOLUTION
 
     def prefill(self, token_ids):
@@ -1138,8 +1137,8 @@ def _hidden_todo10():
 
         def __call__(self, token_ids, past_kv=None):
             idx = _torch.as_tensor(token_ids, dtype=_torch.long)
-            if idx.dim() != 1 or idx.numel() == 0:
-                raise ValueError("token_ids 必须是非空的一维序列")
+            if not (idx.dim() == 1 and idx.numel() > 0):
+                raise ValueError("参考模型只接受非空的一维 token 序列")
             d, nh, hs = self.d, self.nh, self.d // self.nh
             P, T = (0 if past_kv is None else past_kv[0][0].shape[1]), idx.numel()
             x = self.wte[idx] + self.wpe[P : P + T]
@@ -1150,9 +1149,9 @@ def _hidden_todo10():
                 if past_kv is not None:
                     k = _torch.cat([past_kv[layer][0], k], dim=1)
                     v = _torch.cat([past_kv[layer][1], v], dim=1)
-                S = k.shape[1]
+                keys = k.shape[1]
                 att = (q @ k.transpose(-2, -1)) * hs**-0.5
-                att = att.masked_fill(~_torch.ones(T, S, dtype=_torch.bool).tril(S - T), float("-inf")).softmax(-1)
+                att = att.masked_fill(~_torch.ones(T, keys, dtype=_torch.bool).tril(keys - T), float("-inf")).softmax(-1)
                 x = x + (att @ v).transpose(0, 1).reshape(T, d) @ w_proj
                 x = x + _F.gelu(_F.layer_norm(x, (d,)) @ w_fc) @ w_out
                 new_kv.append((k, v))
@@ -1169,10 +1168,8 @@ def _hidden_todo10():
             return self.model(token_ids, past_kv=past_kv)
 
     def oracle_chunked_prefill(model, token_ids, chunk_size, past_kv=None):
-        if type(chunk_size) is not int or chunk_size <= 0:
-            raise ValueError(f"chunk_size 必须是正整数，现在是 {chunk_size!r}")
-        if len(token_ids) == 0:
-            raise ValueError("token_ids 不能为空")
+        if not (type(chunk_size) is int and chunk_size > 0) or not len(token_ids):
+            raise ValueError("参考 chunked_prefill：chunk_size 要是正整数，token_ids 不能为空")
         pieces = []
         for start in range(0, len(token_ids), chunk_size):
             logits, past_kv = model(token_ids[start : start + chunk_size], past_kv=past_kv)
@@ -1183,8 +1180,8 @@ def _hidden_todo10():
         """参考版 PrefixCacheManager（与第一部分的参考答案行为相同）。"""
 
         def __init__(self, block_size=4):
-            if block_size <= 0:
-                raise ValueError("block_size must be positive")
+            if not block_size > 0:
+                raise ValueError("参考 PrefixCacheManager：block_size 要是正数")
             self.block_size, self.cached_prefixes, self.chunked_prefixes = block_size, [], []
             self.match_calls = 0  # 评分用：prefill 是否真的向账本要了命中长度
 
@@ -1196,10 +1193,10 @@ def _hidden_todo10():
             return [tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]
 
         def add_prefix(self, prefix_tokens):
-            prefix = tuple(prefix_tokens)
-            if prefix not in self.cached_prefixes:
-                self.cached_prefixes.append(prefix)
-                self.chunked_prefixes.append(self._chunk_tokens(prefix))
+            key = tuple(prefix_tokens)
+            if key not in self.cached_prefixes:
+                self.cached_prefixes.append(key)
+                self.chunked_prefixes.append(self._chunk_tokens(key))
 
         def match_prefix(self, prompt_tokens):
             self.match_calls += 1
@@ -1223,9 +1220,8 @@ def _hidden_todo10():
             return self._chunk_tokens(self.split_prompt(prompt_tokens)[1])
 
     def oracle_as_token_list(token_ids):
-        if isinstance(token_ids, _torch.Tensor):
-            return [int(t) for t in token_ids.tolist()]
-        return [int(t) for t in token_ids]
+        values = token_ids.tolist() if isinstance(token_ids, _torch.Tensor) else token_ids
+        return [int(value) for value in values]
 
     @contextlib.contextmanager
     def oracles():
@@ -1313,7 +1309,7 @@ def _hidden_todo10():
             for block_size in (1, 3, 4, 7):
                 oracle = OracleLM(seed=rng.randrange(10**6))
                 model = Counting(oracle)
-                cache = KVPrefixCache(model, block_size)
+                cache = KVPrefixCache(model, block_size)  # 在参考账本与参考 chunked_prefill 之下构造
 
                 def tokens(k):
                     return [rng.randrange(64) for _ in range(k)]
@@ -1474,8 +1470,9 @@ def kv_cache_bytes(config, num_tokens, bytes_per_element=4) -> int:
 
 
 def random_prompt(num_tokens, vocab_size, seed=0) -> list:
-    rng = random.Random(seed)
-    return [rng.randrange(vocab_size) for _ in range(num_tokens)]
+    """固定种子的随机 prompt（list[int]）。"""
+    draw = random.Random(seed).randrange
+    return [draw(vocab_size) for _ in range(num_tokens)]
 
 
 def measure_cached_speedup(model, num_tokens, hit_ratios, block_size, repeats=5, seed=0, synchronize=None) -> list:
