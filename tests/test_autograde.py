@@ -1,5 +1,6 @@
 """`make autograde`: real nbgrader on real kernels, graded in one batch per session."""
 
+import nbformat
 import pytest
 
 from tests.conftest import all_mistakes, autograde, read_nb
@@ -98,3 +99,49 @@ def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(fresh_b
         "a student not in the batch keeps the grade"
     )
     assert (report / "feedback" / "alice.html").read_text(encoding="utf-8").count("empty_file") >= 1
+
+
+def test_grades_are_the_same_whatever_the_parallelism(fresh_build, tmp_path):
+    from grader.kit.submissions import filled_submission
+    from tests.fixtures.mistakes_core import MISTAKES as CORE
+
+    release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
+    solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    nbformat.write(filled_submission(release, solutions, CORE[0].edits), submissions / "b.ipynb")
+    nbformat.write(release, submissions / "a.ipynb")
+    (submissions / "c.ipynb").write_text("{not json")
+    course = fresh_build / "build" / "grading-course"
+    csv_text = {}
+    for jobs in (1, 2):
+        run, _ = autograde(submissions, tmp_path / f"report-{jobs}", course, jobs=jobs)
+        assert run.returncode == 0, run.stderr
+        csv_text[jobs] = (tmp_path / f"report-{jobs}" / "grades.csv").read_text(encoding="utf-8")
+    assert csv_text[1] == csv_text[2]
+    assert [line.split(",")[0] for line in csv_text[1].splitlines()[1:]] == ["a", "b", "c"]
+
+
+def test_grading_without_bubblewrap_says_so_loudly(fresh_build, tmp_path):
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    (submissions / "empty.ipynb").write_bytes(b"")
+    course = fresh_build / "build" / "grading-course"
+    run, rows = autograde(submissions, tmp_path / "report", course, extra=["--no-sandbox"])
+    assert "WITHOUT a sandbox" in run.stderr and "sandbox: NONE" in run.stderr
+    assert rows["empty"]["status"] == "empty_file"
+
+
+def test_autograde_refuses_a_missing_folder_with_a_usage_hint(tmp_path):
+    import subprocess
+    import sys
+
+    from grader.kit.nbsource import REPO_ROOT
+
+    run = subprocess.run(
+        [sys.executable, "-m", "grader.kit.autograde", str(tmp_path / "nowhere")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "SUBMISSIONS=" in run.stderr
