@@ -1616,9 +1616,6 @@ if memory_rows:
 # - **没有测：** batch、调度、TTFT / TPOT、吞吐、显存碎片、真实模型的权重与 kernel（FlashAttention、分页 KV）。这些需要 serving 级别的 benchmark（第 69 节）。最后的 GPU 实验给出分配器层面的峰值显存，但仍只是这个小模型上的一次 prefill。
 
 # %% [markdown]
-# <!-- KV-SECTION-ANCHOR: the issue-4 section (TODO 9-10) is inserted above this cell -->
-
-# %% [markdown]
 # ## 第三部分（选做）：真实引擎怎么做——块级前缀缓存、引用计数与 LRU 淘汰
 #
 # 第一部分的 `PrefixCacheManager` 把“登记前缀 → 最长匹配 → 拆出 suffix”这条路径讲清楚了，但它离真实引擎还差三步：
@@ -2982,9 +2979,6 @@ del _show_eviction_policies
 # - **测到了：** 在**合成**请求流上，token 级命中率如何随块池容量和淘汰策略变化；仓库里的 `bench/bench_block_cache.py` 另外测了查找开销：缓存 100 到 10,000 条序列时 `match` 的耗时，对照 `PrefixCacheManager.match_prefix` 的线性扫描。
 # - **没有证明：** 真实显存里的 KV 复用是否正确（那是第二部分用小 Transformer 做的事）；命中率换算成 TTFT、吞吐或显存节省是多少：命中的 token 省掉的是 prefill 计算，但注意力开销随位置增长，token 命中率不等于时间节省比例；真实请求流（到达时间、长度分布、会话间隔）下命中率是多少。服务级别的数字需要第 69 节的 backend benchmark。
 # - **没有实现：** decode 阶段新生成的满块也登记进缓存（vLLM 会这样做，多轮对话的命中率会更高）；全部命中时仍要重算最后一个 token 以得到 logits；LoRA / 多模态的额外哈希键；抢占（preemption）时的块回收；KV 在 GPU、CPU、磁盘之间的分层卸载。
-
-# %% [markdown]
-# <!-- BLOCK-SECTION-ANCHOR: the issue-5 section (challenge TODOs) is inserted above this cell -->
 
 # %% [markdown]
 # ## Step 5　GPU 可选实验：观察分块带来的资源边界
