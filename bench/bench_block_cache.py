@@ -76,8 +76,12 @@ def fmt_us(seconds: float) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100,1000,10000", help="cached sequence counts, comma-separated")
-    parser.add_argument("--source", type=Path, default=SOURCE_PATH, help="the percent-format source")
+    parser.add_argument(
+        "--sizes", default="100,1000,10000", help="cached sequence counts, comma-separated"
+    )
+    parser.add_argument(
+        "--source", type=Path, default=SOURCE_PATH, help="the percent-format source"
+    )
     args = parser.parse_args(argv)
     sizes = sorted(int(s) for s in args.sizes.split(","))
     started = time.perf_counter()
@@ -89,11 +93,17 @@ def main(argv=None) -> int:
 
     rng = random.Random(34)
     sequences = ns["system_prompt_trace"](
-        rng, num_requests=sizes[-1], num_system_prompts=NUM_SYSTEM_PROMPTS, system_len=SYSTEM_LEN,
-        tail_len=(TAIL_LEN, TAIL_LEN), skew=0.0,
+        rng,
+        num_requests=sizes[-1],
+        num_system_prompts=NUM_SYSTEM_PROMPTS,
+        system_len=SYSTEM_LEN,
+        tail_len=(TAIL_LEN, TAIL_LEN),
+        skew=0.0,
     )
     blocks_per_seq = (SYSTEM_LEN + TAIL_LEN) // BLOCK_SIZE
-    num_blocks = NUM_SYSTEM_PROMPTS * SYSTEM_LEN // BLOCK_SIZE + sizes[-1] * (blocks_per_seq - SYSTEM_LEN // BLOCK_SIZE)
+    num_blocks = NUM_SYSTEM_PROMPTS * SYSTEM_LEN // BLOCK_SIZE + sizes[-1] * (
+        blocks_per_seq - SYSTEM_LEN // BLOCK_SIZE
+    )
     cache = BlockPrefixCache(BLOCK_SIZE, num_blocks)  # room for every block: nothing is evicted
     manager = PrefixCacheManager(block_size=BLOCK_SIZE)
     floor = hash_only(cache)
@@ -118,25 +128,45 @@ def main(argv=None) -> int:
         rows.append((n, t_scan, t_match, t_floor))
     elapsed = time.perf_counter() - started
 
-    command = "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]) if argv is None else f"main({argv!r})"
+    command = (
+        "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])
+        if argv is None
+        else f"main({argv!r})"
+    )
     print("# BlockPrefixCache: lookup cost as the cache grows\n")
-    print(f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}")
+    print(
+        f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+    )
     print(f"- command: `{command}` (total {elapsed:.0f} s)")
     print(
         f"- cache: N sequences of {SYSTEM_LEN + TAIL_LEN} tokens ({NUM_SYSTEM_PROMPTS} system prompts of {SYSTEM_LEN} "
         f"tokens, each sequence one of them + its own {TAIL_LEN}-token tail), block_size {BLOCK_SIZE}"
     )
-    print(f"- query: a cached sequence (full hit, {blocks_per_seq} blocks); time per query = median over queries "
-          "(20; list scan 5, or 3 at 10,000) of the best of 7 repeats of 100 calls (list scan: 3 repeats of 1 call)\n")
-    print("| cached sequences | list scan (`match_prefix`) | block cache (`match`) | floor (hash only) | scan / match | match / floor |")
+    print(
+        f"- query: a cached sequence (full hit, {blocks_per_seq} blocks); time per query = median over queries "
+        "(20; list scan 5, or 3 at 10,000) of the best of 7 repeats of 100 calls (list scan: 3 repeats of 1 call)\n"
+    )
+    print(
+        "| cached sequences | list scan (`match_prefix`) | block cache (`match`) | floor (hash only) | scan / match | match / floor |"
+    )
     print("|---:|---:|---:|---:|---:|---:|")
     for n, t_scan, t_match, t_floor in rows:
-        print(f"| {n:,} | {fmt_us(t_scan)} | {fmt_us(t_match)} | {fmt_us(t_floor)} | {t_scan / t_match:,.0f}× | {t_match / t_floor:.2f}× |")
+        print(
+            f"| {n:,} | {fmt_us(t_scan)} | {fmt_us(t_match)} | {fmt_us(t_floor)} | {t_scan / t_match:,.0f}× | {t_match / t_floor:.2f}× |"
+        )
 
     (n0, _, m0, _), (n1, s1, m1, f1) = rows[0], rows[-1]
     goals = [
-        (f"block cache flat: `match` at {n1:,} within {GOAL_FLAT}× of at {n0:,}", f"{m1 / m0:.2f}×", m1 / m0 <= GOAL_FLAT),
-        (f"≥ {GOAL_SPEEDUP:.0f}× faster than the list scan at {n1:,}", f"{s1 / m1:,.0f}×", s1 / m1 >= GOAL_SPEEDUP),
+        (
+            f"block cache flat: `match` at {n1:,} within {GOAL_FLAT}× of at {n0:,}",
+            f"{m1 / m0:.2f}×",
+            m1 / m0 <= GOAL_FLAT,
+        ),
+        (
+            f"≥ {GOAL_SPEEDUP:.0f}× faster than the list scan at {n1:,}",
+            f"{s1 / m1:,.0f}×",
+            s1 / m1 >= GOAL_SPEEDUP,
+        ),
         (f"within {GOAL_FLOOR}× of the floor at {n1:,}", f"{m1 / f1:.2f}×", m1 / f1 <= GOAL_FLOOR),
     ]
     print("\n| goal | measured | status |\n|---|---:|---|")

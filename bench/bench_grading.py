@@ -7,7 +7,8 @@ untouched), then, in one run on this machine:
   1. kit:    python -m grader.kit.autograde (normalise, sandbox, parallel, grades + feedback)
   2. plain:  nbgrader autograde --create --force, one process, sequential (grades only),
              then nbgrader generate_feedback (so the same outputs exist)
-  3. floor:  each notebook merely executed in a fresh kernel (nbclient), one after another
+  3. floor:  each notebook, as the grader runs it (hidden tests in), merely executed in a
+             fresh kernel (nbclient), one after another
 Both graders use the same grading course (build/grading-course). Prints a Markdown report.
 """
 
@@ -24,13 +25,11 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbclient import NotebookClient
-from traitlets.config import Config
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from grader.kit.build import GRADING_COURSE  # noqa: E402
+from grader.kit.build import GRADING_COURSE, execute  # noqa: E402
 from grader.kit.nbsource import ASSIGNMENT, NOTEBOOK_NAME  # noqa: E402
 from grader.kit.submissions import filled_submission  # noqa: E402
 from tests.fixtures.mistakes_core import MISTAKES  # noqa: E402
@@ -93,31 +92,24 @@ def run_plain(paths: list[Path], work: Path) -> tuple[float, float]:
 
 
 def run_floor(paths: list[Path], work: Path) -> float:
-    """Seconds to merely execute every notebook in its own fresh kernel, one after another."""
-    course = nbformat.read(
-        REPO_ROOT / GRADING_COURSE / "source" / ASSIGNMENT / NOTEBOOK_NAME, as_version=4
-    )
-    skipped = {
-        cell.id: cell.source for cell in course.cells
-    }  # measurement cells are empty when grading
+    """Seconds to merely execute, one after another, each notebook as the grader runs it.
+
+    That is the submission with its locked cells replaced by the grading course's source:
+    hidden tests included, measurement cells empty (what nbgrader's OverwriteCells does).
+    """
+    source = REPO_ROOT / GRADING_COURSE / "source" / ASSIGNMENT / NOTEBOOK_NAME
+    locked = {
+        cell.metadata["nbgrader"]["grade_id"]: cell.source
+        for cell in nbformat.read(source, as_version=4).cells
+        if cell.metadata.get("nbgrader", {}).get("locked")
+    }
     total = 0.0
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         for cell in nb.cells:
-            if "measurement" in cell.metadata.get("tags", []):
-                cell.source = skipped.get(cell.id, "")
-        config = Config()
-        config.KernelManager.transport = "ipc"
-        config.KernelManager.ip = str(work / "floor-kernel")
+            cell.source = locked.get(cell.metadata.get("nbgrader", {}).get("grade_id"), cell.source)
         start = time.perf_counter()
-        NotebookClient(
-            nb,
-            timeout=120,
-            kernel_name="python3",
-            allow_errors=True,
-            config=config,
-            resources={"metadata": {"path": str(work)}},
-        ).execute()
+        execute(nb, work, allow_errors=True)
         total += time.perf_counter() - start
     return total
 

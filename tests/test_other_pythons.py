@@ -6,9 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-from nbclient import NotebookClient
-from traitlets.config import Config
 
+from grader.kit.build import execute
 from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
 from tests.conftest import read_nb
 
@@ -65,19 +64,9 @@ def test_core_part_and_probe_run_top_to_bottom_without_torch(version, tmp_path):
     nb.cells = (
         nb.cells[:first_torch] + nb.cells[-2:]
     )  # the core part, then the GPU probe (its prose and code)
-    config = Config()
-    config.KernelManager.transport = "ipc"
-    config.KernelManager.ip = str(tmp_path / "kernel")
     os.environ["JUPYTER_PATH"] = str(venv / "share" / "jupyter")
     try:
-        NotebookClient(
-            nb,
-            timeout=120,
-            kernel_name="learner",
-            allow_errors=True,
-            config=config,
-            resources={"metadata": {"path": str(tmp_path)}},
-        ).execute()
+        execute(nb, tmp_path, kernel_name="learner", allow_errors=True)
     finally:
         del os.environ["JUPYTER_PATH"]
     for cell in nb.cells:

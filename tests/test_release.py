@@ -7,9 +7,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-from grader.kit.build import SOLUTIONS_ONLY, source_notebook
+from grader.kit.build import SOLUTIONS_ONLY, execute, source_notebook
 from grader.kit.nbsource import COLAB_URL, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, read_source
 from tests.conftest import read_nb
 
@@ -157,13 +156,7 @@ def test_student_notebook_imports_only_the_standard_library_and_torch():
 
 def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(tmp_path):
     nb = release()
-    NotebookClient(
-        nb,
-        timeout=300,
-        kernel_name="python3",
-        allow_errors=True,
-        resources={"metadata": {"path": str(tmp_path)}},
-    ).execute()
+    execute(nb, tmp_path, allow_errors=True)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue

@@ -32,6 +32,14 @@ from pathlib import Path
 
 import nbformat
 
+# Imported here, in the parent, so every forked grader starts with nbgrader, nbconvert, nbclient
+# and jupyter_client already loaded: about 3 s a submission that a fresh process would spend.
+from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
+from nbgrader.converters import Autograde  # noqa: F401  (loaded for the forks, not used here)
+from nbgrader.coursedir import CourseDirectory
+from traitlets.config.loader import PyFileConfigLoader
+
 from . import feedback, integrity, report
 from .build import GRADING_COURSE, STUDENT_RELEASE
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
@@ -245,11 +253,6 @@ def grade_in_child(
 
 def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
     """nbgrader's autograde, in process, on the course in `workdir`."""
-    from nbgrader.api import Gradebook
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config.loader import PyFileConfigLoader
-
     course = workdir / "course"
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     config.CourseDirectory.root = str(course)

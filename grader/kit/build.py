@@ -104,7 +104,7 @@ def student_notebook(course_dir: Path) -> nbformat.NotebookNode:
     return canonical(nbformat.read(release, as_version=4))
 
 
-def solutions_notebook(*, execute: bool = True) -> nbformat.NotebookNode:
+def solutions_notebook(*, run: bool = True) -> nbformat.NotebookNode:
     """The reference notebook: solutions in place, no markers, no hidden tests, executed."""
     nb = source_notebook(for_release=False)
     for cell in nb.cells:
@@ -113,20 +113,29 @@ def solutions_notebook(*, execute: bool = True) -> nbformat.NotebookNode:
         cell.source = strip_solution_markers(cell.source)
         if nbgrader_meta(cell).get("grade"):
             cell.source = strip_hidden_tests(cell.source).rstrip("\n")
-    if execute:
+    if run:
         with tempfile.TemporaryDirectory(prefix="ch34-solutions-") as workdir:
-            config = Config()
-            config.KernelManager.transport = "ipc"  # local sockets: no TCP warning, no port races
-            config.KernelManager.ip = os.path.join(workdir, "kernel")
-            NotebookClient(
-                nb,
-                timeout=EXECUTE_TIMEOUT_S,
-                kernel_name="python3",
-                record_timing=False,
-                resources={"metadata": {"path": workdir}},
-                config=config,
-            ).execute()
+            execute(nb, Path(workdir))
     return canonical(nb, keep_outputs=True)
+
+
+def execute(nb, workdir: Path, *, kernel_name: str = "python3", allow_errors: bool = False) -> None:
+    """Run `nb` in place in a fresh kernel whose working directory is `workdir`.
+
+    The kernel talks over local IPC sockets in `workdir`: no TCP warning, no port races.
+    """
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(workdir / "kernel")
+    NotebookClient(
+        nb,
+        timeout=EXECUTE_TIMEOUT_S,
+        kernel_name=kernel_name,
+        allow_errors=allow_errors,
+        record_timing=False,
+        resources={"metadata": {"path": str(workdir)}},
+        config=config,
+    ).execute()
 
 
 def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbformat.NotebookNode:
@@ -177,7 +186,7 @@ def main(argv=None) -> int:
         print(f"wrote {target.relative_to(args.out)}, build/course and {GRADING_COURSE}")
     if args.what in ("solutions", "all"):
         target = args.out / "solutions" / NOTEBOOK_NAME
-        write_notebook(solutions_notebook(execute=not args.no_execute), target)
+        write_notebook(solutions_notebook(run=not args.no_execute), target)
         print(f"wrote {target.relative_to(args.out)} ({time.perf_counter() - start:.1f} s in all)")
     return 0
 
