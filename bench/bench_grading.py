@@ -128,7 +128,7 @@ def main() -> int:
         kit = run_kit(work / "subs", work, args.jobs)
         plain, plain_feedback = run_plain(paths, work)
         floor = run_floor(paths, work)
-    n, cores = args.count, args.jobs
+    n, cores = args.count, os.cpu_count() or 1
     floor_per_core = floor / cores
     print("## Grading benchmark\n")
     print(
