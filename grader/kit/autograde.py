@@ -123,7 +123,6 @@ def grade_all(
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "feedback").mkdir(exist_ok=True)
     work_root = Path(tempfile.mkdtemp(prefix="ch34-grading-"))
-    hide = [REPO_ROOT, report_dir.resolve()] + sorted({p.resolve().parent for p in submissions})
     outcomes, running, queue = [], {}, list(enumerate(submissions))
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
@@ -150,7 +149,7 @@ def grade_all(
                     continue
                 proc = context.Process(
                     target=grade_in_child,
-                    args=(workdir, student_id, limits, sandbox, hide, threads),
+                    args=(workdir, student_id, limits, sandbox, threads),
                 )
                 proc.start()
                 running[proc] = (student_id, workdir, time.monotonic())
@@ -204,7 +203,7 @@ def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -
 
 
 def grade_in_child(
-    workdir: Path, student_id: str, limits: Limits, sandbox: bool, hide: list[Path], threads: int
+    workdir: Path, student_id: str, limits: Limits, sandbox: bool, threads: int
 ) -> None:
     """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json."""
     os.setpgrp()  # so the parent can kill this process and everything it started at once
@@ -229,17 +228,15 @@ def grade_in_child(
             }
         )
     )
-    keep = (
-        [Path(sys.prefix).resolve()]
-        if any(Path(sys.prefix).resolve().is_relative_to(h) for h in hide)
-        else []
+    # The sandbox shows the kernel only these Python trees (read-only) and the system's own files.
+    pythons = sorted(
+        {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     )
     os.environ.update(
         JUPYTER_PATH=str(workdir),
         JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
         CH34_SANDBOX_SCRATCH=str(workdir / "scratch"),
-        CH34_SANDBOX_HIDE=os.pathsep.join(map(str, hide + [workdir / "course"])),
-        CH34_SANDBOX_KEEP=os.pathsep.join(map(str, keep)),
+        CH34_SANDBOX_PYTHON=os.pathsep.join(pythons),
         CH34_SANDBOX_MEMORY=str(limits.memory_bytes),
         CH34_SANDBOX_BWRAP="1" if sandbox else "0",
         # Kernels graded side by side share the cores: one BLAS/torch thread each, no oversubscription.

@@ -7,12 +7,15 @@ an unknown working directory, so this file imports nothing from the repository).
 settings come from the environment the grader sets for one submission:
 
     CH34_SANDBOX_SCRATCH   the only writable directory; the kernel starts there
-    CH34_SANDBOX_HIDE      paths (os.pathsep-separated) replaced by empty directories
-    CH34_SANDBOX_KEEP      paths under a hidden one that stay visible read-only (the venv)
+    CH34_SANDBOX_PYTHON    the Python installations the kernel needs (os.pathsep-separated:
+                           the venv, the interpreter it was made from), visible read-only
     CH34_SANDBOX_MEMORY    address-space limit in bytes
     CH34_SANDBOX_BWRAP     "1" to use bubblewrap, "0" to run the kernel unsandboxed
 
-The kernel sees a read-only root, a private /tmp, no network (the kernel talks to the
+The kernel's file system is a whitelist: the system's programs and libraries (/usr, /etc,
+/lib...), the Python installations, a private /tmp, the scratch directory and the runtime
+directory. Nothing else exists in there: not the repository, not the gradebook, not other
+submissions, not another copy of the course. It has no network (the kernel talks to the
 grader over IPC sockets in the runtime directory), its own PID namespace, and no
 NBGRADER_EXECUTION variable, so a notebook cannot tell grading from a learner's own run.
 """
@@ -29,6 +32,9 @@ GRADER_VARIABLES = ("NBGRADER_EXECUTION", "JPY_PARENT_PID") + tuple(
 )
 
 
+SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+
+
 def sandbox_argv(connection_file: str) -> list:
     """The bwrap command line that runs ipykernel on `connection_file`."""
     scratch = os.environ["CH34_SANDBOX_SCRATCH"]
@@ -36,10 +42,13 @@ def sandbox_argv(connection_file: str) -> list:
     # that directory, and a copy of the connection file in it, is all the kernel shares with us.
     runtime_dir = os.path.dirname(json_ip(connection_file))
     connection_file = shutil.copy(connection_file, runtime_dir)
-    argv = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    for path in filter(None, os.environ.get("CH34_SANDBOX_HIDE", "").split(os.pathsep)):
-        argv += ["--tmpfs", path]
-    for path in filter(None, os.environ.get("CH34_SANDBOX_KEEP", "").split(os.pathsep)):
+    argv = ["bwrap", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    for path in SYSTEM_PATHS:
+        if os.path.islink(path):  # merged /usr: /bin -> usr/bin
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.exists(path):
+            argv += ["--ro-bind", path, path]
+    for path in filter(None, os.environ.get("CH34_SANDBOX_PYTHON", "").split(os.pathsep)):
         argv += ["--ro-bind", path, path]
     argv += ["--bind", scratch, scratch, "--bind", runtime_dir, runtime_dir, "--chdir", scratch]
     argv += [
