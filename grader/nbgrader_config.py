@@ -14,7 +14,8 @@ c.Execute.interrupt_on_timeout = True
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
 
-# Feedback must never show hidden tests (nbgrader's default shows them).
+# The kit writes its own feedback pages (grader/kit/feedback.py). For an instructor who runs
+# nbgrader's `generate_feedback` on a course anyway: it must never show hidden tests (its default does).
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",

@@ -10,6 +10,8 @@ the kernel inside bubblewrap (`sandbox.py`). Nothing a submission does reaches t
 course, the report, the repository or another submission; a kernel that dies, hangs or
 floods becomes a row with its status, never a crash and never a stale grade.
 
+Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submission.
+
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
 not in this batch) and REPORT/feedback/<student_id>.html (hidden tests never shown).
 """
