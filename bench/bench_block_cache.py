@@ -27,7 +27,6 @@ import statistics
 import sys
 import time
 import timeit
-import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -86,8 +85,6 @@ def main(argv=None) -> int:
     sizes = sorted(int(s) for s in args.sizes.split(","))
     started = time.perf_counter()
 
-    # solution_namespace names its namespace "ch34_solution"; @dataclass needs a module of that name.
-    sys.modules.setdefault("ch34_solution", types.ModuleType("ch34_solution"))
     ns = solution_namespace(read_source(args.source))
     BlockPrefixCache, PrefixCacheManager = ns["BlockPrefixCache"], ns["PrefixCacheManager"]
 

@@ -1,16 +1,21 @@
 """`make autograde`: real nbgrader on real kernels, graded in one batch per session."""
 
+import subprocess
+import sys
+
 import nbformat
 import pytest
 
+from grader.kit.nbsource import REPO_ROOT
+from grader.kit.report import grade_columns
+from grader.kit.submissions import filled_submission
 from tests.conftest import all_mistakes, autograde, read_nb
+from tests.fixtures.mistakes_core import MISTAKES as CORE
 
 MISTAKES = all_mistakes()
 
 
 def grade_ids(batch):
-    from grader.kit.report import grade_columns
-
     return dict(grade_columns(batch["release"]))
 
 
@@ -77,9 +82,6 @@ def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch)
 
 
 def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(fresh_build, tmp_path):
-    import nbformat
-
-    from grader.kit.submissions import filled_submission
 
     release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
     solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
@@ -102,8 +104,6 @@ def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(fresh_b
 
 
 def test_grades_are_the_same_whatever_the_parallelism(fresh_build, tmp_path):
-    from grader.kit.submissions import filled_submission
-    from tests.fixtures.mistakes_core import MISTAKES as CORE
 
     release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
     solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
@@ -133,10 +133,6 @@ def test_grading_without_bubblewrap_says_so_loudly(fresh_build, tmp_path):
 
 
 def test_autograde_refuses_a_missing_folder_with_a_usage_hint(tmp_path):
-    import subprocess
-    import sys
-
-    from grader.kit.nbsource import REPO_ROOT
 
     run = subprocess.run(
         [sys.executable, "-m", "grader.kit.autograde", str(tmp_path / "nowhere")],

@@ -129,6 +129,16 @@ def grade_all(
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
     threads = max(1, (os.cpu_count() or 1) // jobs)
+
+    def record(outcome: Outcome, workdir: Path) -> None:
+        finish(outcome, workdir, report_dir)
+        outcomes.append(outcome)
+        print(
+            progress_line(outcome, len(outcomes), len(submissions), start),
+            file=progress,
+            flush=True,
+        )
+
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -137,17 +147,7 @@ def grade_all(
                 workdir = work_root / f"{index:04d}"
                 outcome = prepare(path, student_id, release, course, workdir)
                 if outcome is not None:  # could not even be normalised: no kernel needed
-                    outcomes.append(
-                        finish(
-                            outcome,
-                            workdir,
-                            report_dir,
-                            start,
-                            len(submissions),
-                            outcomes,
-                            progress,
-                        )
-                    )
+                    record(outcome, workdir)
                     continue
                 proc = context.Process(
                     target=grade_in_child,
@@ -166,11 +166,7 @@ def grade_all(
                 del running[proc]
                 outcome = collect(workdir, student_id, proc.exitcode, overdue, limits)
                 outcome.seconds = time.monotonic() - began
-                outcomes.append(
-                    finish(
-                        outcome, workdir, report_dir, start, len(submissions), outcomes, progress
-                    )
-                )
+                record(outcome, workdir)
     finally:
         for proc in running:
             kill_tree(proc.pid)
@@ -336,45 +332,36 @@ def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
     return "grader_error", f"nbgrader could not grade this notebook: {last[0][:200]}"
 
 
-def finish(
-    outcome: Outcome,
-    workdir: Path,
-    report_dir: Path,
-    start: float,
-    total: int,
-    done: list,
-    progress,
-) -> Outcome:
-    """Write the feedback page and one progress line, and clean the working copy."""
+def finish(outcome: Outcome, workdir: Path, report_dir: Path) -> None:
+    """Write the submission's feedback page and clean its working copy."""
     page = report_dir / "feedback" / f"{outcome.student_id}.html"
     if outcome.autograded and Path(outcome.autograded).exists():
         autograded = nbformat.read(outcome.autograded, as_version=4)
-        page.write_text(
-            feedback.render(
-                outcome.student_id,
-                autograded,
-                outcome.scores,
-                status=outcome.status,
-                reason=outcome.reason,
-                repairs=outcome.repairs,
-            ),
-            encoding="utf-8",
+        text = feedback.render(
+            outcome.student_id,
+            autograded,
+            outcome.scores,
+            status=outcome.status,
+            reason=outcome.reason,
+            repairs=outcome.repairs,
         )
     else:
-        page.write_text(report.failure_page(outcome), encoding="utf-8")
+        text = feedback.failure_page(
+            outcome.student_id, outcome.status, outcome.reason, outcome.repairs
+        )
+    page.write_text(text, encoding="utf-8")
     shutil.rmtree(workdir, ignore_errors=True)
-    count = len(done) + 1
-    elapsed = time.monotonic() - start
-    eta = elapsed / count * (total - count)
+
+
+def progress_line(outcome: Outcome, count: int, total: int, start: float) -> str:
+    """`[ 12/40] student  status  score/max  seconds  ETA`, the ETA from the mean time so far."""
+    eta = (time.monotonic() - start) / count * (total - count)
     score = sum(s for s, _ in outcome.scores.values())
     maximum = sum(m for _, m in outcome.scores.values())
-    print(
+    return (
         f"[{count:>3}/{total}] {outcome.student_id:<24} {outcome.status:<14} "
-        f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s",
-        file=progress,
-        flush=True,
+        f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s"
     )
-    return outcome
 
 
 def kill_tree(pid: int) -> None:

@@ -153,7 +153,8 @@ def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbfor
                 cell.outputs, cell.execution_count = [], None
             for output in cell.get("outputs", []):
                 output.get("metadata", {}).pop("execution", None)
-        cell.pop("attachments", None) if not cell.get("attachments") else None
+        if not cell.get("attachments"):
+            cell.pop("attachments", None)
     nbformat.validate(nb)
     return nb
 

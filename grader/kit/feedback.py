@@ -1,4 +1,5 @@
-"""One self-contained HTML page per student: scores per TODO, what failed and why, what was repaired.
+"""One self-contained HTML page per student: scores per TODO, what failed and why, what was repaired;
+or, for a submission that could not be graded, what happened and what to fix.
 
 Rendered from nbgrader's autograded notebook and its gradebook scores. Hidden tests never
 appear: grade cells show their source with the hidden regions removed, and their errors show
@@ -35,20 +36,38 @@ def render(
         parts.append(f"<p class=fail><b>{esc(status)}</b>：{esc(reason)}</p>")
     parts.append(summary_table(scores))
     if repairs:
-        items = "".join(f"<li>{esc(line)}</li>" for line in repairs)
         parts.append(
-            f"<h2>评分前的修复</h2><p>你的 notebook 在评分前被整理过（不影响得分）：</p><ul>{items}</ul>"
+            f"<h2>评分前的修复</h2><p>你的 notebook 在评分前被整理过（不影响得分）：</p>{bullets(repairs)}"
         )
     parts.append("<h2>逐格结果</h2>")
     for cell in nb.cells:
         if cell.cell_type == "code":
             parts.append(code_cell(cell, scores))
+    return page(student_id, "\n".join(parts))
+
+
+def failure_page(student_id: str, status: str, reason: str, repairs=()) -> str:
+    """The page for a submission nbgrader could not grade: what happened and what to fix."""
+    parts = [
+        f"<h1>{esc(student_id)}：未能自动评分（{esc(status)}）</h1>",
+        f"<p>得分 0。原因：{esc(reason)}</p>",
+    ]
+    if repairs:
+        parts.append(f"<p>评分前做过的修复：</p>{bullets(repairs)}")
+    parts.append("<p>请按原因修改后重新下载 notebook（文件 → 下载 → .ipynb）再提交。</p>")
+    return page(f"{student_id}: {status}", "\n".join(parts))
+
+
+def page(title: str, body: str) -> str:
+    """A complete, self-contained HTML document."""
     return (
         '<!DOCTYPE html>\n<html lang="zh"><head><meta charset="utf-8">'
-        f"<title>{esc(student_id)}</title><style>{STYLE}</style></head><body>\n"
-        + "\n".join(parts)
-        + "\n</body></html>\n"
+        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
     )
+
+
+def bullets(lines) -> str:
+    return "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"
 
 
 def summary_table(scores: dict) -> str:

@@ -1,9 +1,8 @@
-"""The instructor's view of a grading run: grades.csv, a summary table, and feedback for failures."""
+"""The instructor's view of a grading run: grades.csv and a summary table for the terminal."""
 
 from __future__ import annotations
 
 import csv
-import html
 from pathlib import Path
 
 from .nbsource import nbgrader_meta
@@ -72,19 +71,6 @@ def summary_table(outcomes) -> str:
         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {repaired} repaired"
     )
     return "\n".join(lines)
-
-
-def failure_page(outcome) -> str:
-    """Feedback for a submission nbgrader could not grade: what happened and what to fix."""
-    repairs = "".join(f"<li>{html.escape(r)}</li>" for r in outcome.repairs)
-    return (
-        '<!DOCTYPE html>\n<html lang="zh"><head><meta charset="utf-8">'
-        f"<title>{html.escape(outcome.student_id)}: {html.escape(outcome.status)}</title></head><body>\n"
-        f"<h1>{html.escape(outcome.student_id)}：未能自动评分（{html.escape(outcome.status)}）</h1>\n"
-        f"<p>得分 0。原因：{html.escape(outcome.reason)}</p>\n"
-        + (f"<p>评分前做过的修复：</p><ul>{repairs}</ul>\n" if repairs else "")
-        + "<p>请按原因修改后重新下载 notebook（文件 → 下载 → .ipynb）再提交。</p>\n</body></html>\n"
-    )
 
 
 def fmt(value: float) -> str:
