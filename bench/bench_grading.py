@@ -8,7 +8,8 @@ untouched), then, in one run on this machine:
   2. plain:  nbgrader autograde --create --force, one process, sequential (grades only),
              then nbgrader generate_feedback (so the same outputs exist)
   3. floor:  each notebook, as the grader runs it (hidden tests in), merely executed in a
-             fresh kernel (nbclient), one after another
+             fresh kernel (nbclient), one after another; the kernel is killed after its last
+             cell, as the kit does (a graceful shutdown would add ~0.9 s of waiting to each)
 Both graders use the same grading course (build/grading-course). Prints a Markdown report.
 """
 

@@ -1,10 +1,13 @@
 """Grading survives what students hand in: Colab round trips, broken files, hostile code."""
 
+import time
+from pathlib import Path
+
 import pytest
 
 from grader.kit.nbsource import NOTEBOOK_NAME
 from tests.conftest import autograde, read_nb
-from tests.fixtures.adversarial import ATTACKS
+from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +67,22 @@ def test_sandboxed_kernel_finds_no_hidden_tests_on_disk(attacked):
 def test_output_flood_is_cut_short_in_the_feedback(attacked):
     page = attacked["report"] / "feedback" / "output-flood.html"
     assert page.stat().st_size < 5_000_000
+
+
+def test_no_process_a_submission_started_outlives_its_grading(attacked):
+    orphan = f"sleep\0{ORPHAN_SLEEP_SECONDS}\0".encode()
+
+    def survivors():
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if cmdline.read_bytes() == orphan:
+                    found.append(cmdline.parent.name)
+            except OSError:  # the process ended while we looked
+                pass
+        return found
+
+    deadline = time.monotonic() + 10  # SIGKILL is delivered asynchronously
+    while survivors() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert survivors() == [], "a detached process from a graded notebook is still running"
