@@ -21,7 +21,6 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import nbformat
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from grader.kit.build import GRADING_COURSE, execute  # noqa: E402
+from grader.kit.build import GRADING_COURSE, execute, kernel_tempdir  # noqa: E402
 from grader.kit.nbsource import ASSIGNMENT, NOTEBOOK_NAME  # noqa: E402
 from grader.kit.submissions import filled_submission  # noqa: E402
 from tests.fixtures.mistakes_core import MISTAKES  # noqa: E402
@@ -122,13 +121,15 @@ def main() -> int:
     args = parser.parse_args()
     if not (REPO_ROOT / GRADING_COURSE / "gradebook.db").exists():
         raise SystemExit("run `make notebooks` first")
-    with tempfile.TemporaryDirectory(prefix="ch34-bench-") as tmp:
-        work = Path(tmp)
+    work = kernel_tempdir("ch34-bench-", below="/kernel-99999")
+    try:
         (work / "subs").mkdir()
         paths = make_submissions(work / "subs", args.count)
         kit = run_kit(work / "subs", work, args.jobs)
         plain, plain_feedback = run_plain(paths, work)
         floor = run_floor(paths, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     n, cores = args.count, os.cpu_count() or 1
     floor_per_core = floor / cores
     print("## Grading benchmark\n")

@@ -44,9 +44,13 @@ def read_nb(path):
     return nbformat.read(path, as_version=4)
 
 
-def autograde(submissions_dir, report_dir, course, jobs=2, extra=()):
-    """Run the kit's autograder CLI for real; return (completed process, grades.csv rows by student)."""
+def autograde(submissions_dir, report_dir, course, jobs=2, extra=(), env=None):
+    """Run the kit's autograder CLI for real; return (completed process, grades.csv rows by student).
+
+    `env` adds to (or overrides) this process's environment for the run.
+    """
     import csv
+    import os
 
     run = subprocess.run(
         [
@@ -66,6 +70,7 @@ def autograde(submissions_dir, report_dir, course, jobs=2, extra=()):
         capture_output=True,
         text=True,
         timeout=3000,
+        env=None if env is None else {**os.environ, **env},
     )
     rows = {}
     if (report_dir / "grades.csv").exists():

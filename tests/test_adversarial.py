@@ -7,7 +7,7 @@ import pytest
 
 from grader.kit.nbsource import NOTEBOOK_NAME
 from tests.conftest import autograde, read_nb
-from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS
+from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS, with_scratch_cell
 
 
 @pytest.fixture(scope="session")
@@ -70,19 +70,54 @@ def test_output_flood_is_cut_short_in_the_feedback(attacked):
 
 
 def test_no_process_a_submission_started_outlives_its_grading(attacked):
-    orphan = f"sleep\0{ORPHAN_SLEEP_SECONDS}\0".encode()
+    orphan = f"sleep\0{ORPHAN_SLEEP_SECONDS}\0"
+    assert wait_for_no_process_with(orphan) == [], (
+        "a detached process from a graded notebook is still running"
+    )
 
-    def survivors():
+
+def test_nothing_outlives_grading_without_the_sandbox_either(fresh_build, tmp_path):
+    # No PID namespace here: the kernel (jupyter_client starts it in a session of its own) and a
+    # detached process both escape the kill of the grader's process group at the notebook limit.
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    submissions, scratch = tmp_path / "submissions", tmp_path / "tmp"
+    submissions.mkdir()
+    scratch.mkdir()
+    detach = next(a for a in ATTACKS if a.name == "background-process-left-running")
+    (submissions / "detached.ipynb").write_bytes(detach.make(release, solutions))
+    overrun = with_scratch_cell("import time\ntime.sleep(600)")  # past the notebook limit below
+    (submissions / "overrun.ipynb").write_bytes(overrun(release, solutions))
+    run, rows = autograde(
+        submissions,
+        tmp_path / "report",
+        fresh_build / "build" / "grading-course",
+        extra=["--no-sandbox", "--notebook-timeout", "15"],
+        env={
+            "TMPDIR": str(scratch)
+        },  # kernels' connection files go here: their command lines name it
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert rows["detached"]["status"] == "graded" and rows["overrun"]["status"] == "timeout"
+    assert wait_for_no_process_with(f"sleep\0{ORPHAN_SLEEP_SECONDS}\0") == []
+    assert wait_for_no_process_with(str(scratch)) == [], "a kernel outlived its grader"
+
+
+def wait_for_no_process_with(text: str, seconds: float = 10) -> list[str]:
+    """Pids whose command line contains `text` (NULs between arguments), once none are left or
+    `seconds` have passed (SIGKILL is delivered asynchronously)."""
+
+    def matching():
         found = []
         for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
             try:
-                if cmdline.read_bytes() == orphan:
+                if text.encode() in cmdline.read_bytes():
                     found.append(cmdline.parent.name)
             except OSError:  # the process ended while we looked
                 pass
         return found
 
-    deadline = time.monotonic() + 10  # SIGKILL is delivered asynchronously
-    while survivors() and time.monotonic() < deadline:
+    deadline = time.monotonic() + seconds
+    while matching() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert survivors() == [], "a detached process from a graded notebook is still running"
+    return matching()

@@ -122,6 +122,24 @@ def test_grades_are_the_same_whatever_the_parallelism(fresh_build, tmp_path):
     assert [line.split(",")[0] for line in csv_text[1].splitlines()[1:]] == ["a", "b", "c"]
 
 
+def test_a_long_tmpdir_does_not_break_the_kernels_sockets(fresh_build, tmp_path):
+    # A Unix socket's path holds 107 bytes, and the kernels' IPC sockets sit a few folders below
+    # the grader's temporary folder: with this TMPDIR every submission used to fail.
+    long_tmp = tmp_path / ("a-rather-deep-folder-" * 4)
+    long_tmp.mkdir()
+    assert len(str(long_tmp)) > 100
+    release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
+    solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    nbformat.write(filled_submission(release, solutions), submissions / "alice.ipynb")
+    course = fresh_build / "build" / "grading-course"
+    run, rows = autograde(submissions, tmp_path / "report", course, env={"TMPDIR": str(long_tmp)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert rows["alice"]["status"] == "graded", rows["alice"]["reason"]
+    assert rows["alice"]["score"] == rows["alice"]["max_score"]
+
+
 def test_grading_without_bubblewrap_says_so_loudly(fresh_build, tmp_path):
     submissions = tmp_path / "submissions"
     submissions.mkdir()

@@ -24,9 +24,7 @@ import multiprocessing
 import os
 import resource
 import shutil
-import signal
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -45,8 +43,8 @@ from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata
 from traitlets.config.loader import PyFileConfigLoader
 
-from . import feedback, integrity, report
-from .build import GRADING_COURSE, STUDENT_RELEASE
+from . import feedback, integrity, reaper, report
+from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
 from .normalize import Ungradable, normalize_submission
 
@@ -143,11 +141,14 @@ def grade_all(
     release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "feedback").mkdir(exist_ok=True)
-    work_root = Path(tempfile.mkdtemp(prefix="ch34-grading-"))
+    work_root = kernel_tempdir("ch34-grading-", below="/0000/runtime/kernel-99999")
     outcomes, running, queue = [], {}, list(enumerate(submissions))
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
     warm_up(release)
+    # Whatever a grader leaves running (a kernel in its own session, a detached process) is
+    # re-parented here when the grader ends, and killed.
+    reaper.adopt_orphans()
     threads = max(1, (os.cpu_count() or 1) // jobs)
 
     def record(outcome: Outcome, workdir: Path) -> None:
@@ -187,15 +188,18 @@ def grade_all(
                 if proc.is_alive() and not overdue:
                     continue
                 if proc.is_alive():
-                    kill_tree(proc.pid)
+                    reaper.kill_group(proc.pid)
                 proc.join()
                 del running[proc]
+                reaper.kill_descendants(spare=[other.pid for other in running])
                 outcome = collect(workdir, student_id, proc.exitcode, overdue, limits)
                 outcome.seconds = time.monotonic() - began
                 record(outcome, workdir)
     finally:
         for proc in running:
-            kill_tree(proc.pid)
+            reaper.kill_group(proc.pid)
+        reaper.kill_descendants()
+        reaper.adopt_orphans(False)
         shutil.rmtree(work_root, ignore_errors=True)
     outcomes.sort(key=lambda o: o.student_id)
     report.write_grades(report_dir / "grades.csv", outcomes, report.grade_columns(release))
@@ -231,6 +235,7 @@ def grade_in_child(
 ) -> None:
     """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json."""
     os.setpgrp()  # so the parent can kill this process and everything it started at once
+    reaper.adopt_orphans()  # and so what escapes the group is still below this process
     warnings.simplefilter(
         "ignore"
     )  # nbgrader's SQLAlchemy warnings are not the instructor's business
@@ -268,6 +273,7 @@ def grade_in_child(
         MKL_NUM_THREADS=str(threads),
     )
     result = run_nbgrader(workdir, student_id, limits)
+    reaper.kill_descendants()  # the kernel is gone; anything the notebook started goes too
     (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
     os._exit(0)  # skip atexit handlers inherited from the parent
 
@@ -399,14 +405,6 @@ def progress_line(outcome: Outcome, count: int, total: int, start: float) -> str
         f"[{count:>3}/{total}] {outcome.student_id:<24} {outcome.status:<14} "
         f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s"
     )
-
-
-def kill_tree(pid: int) -> None:
-    """Kill a forked grader and its process group (the sandboxed kernel dies with its parent)."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def main(argv=None) -> int:

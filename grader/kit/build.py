@@ -46,6 +46,7 @@ NOTEBOOK_METADATA = {
     "language_info": {"name": "python"},
 }
 EXECUTE_TIMEOUT_S = 300
+MAX_SOCKET_PATH = 107  # bytes in a Unix socket address (sun_path), less its closing NUL
 GRADING_COURSE = Path("build") / "grading-course"  # under --out; the autograder's template
 STUDENT_RELEASE = (
     "student-release.ipynb"  # in the grading course: what submissions are normalised against
@@ -114,8 +115,11 @@ def solutions_notebook(*, run: bool = True) -> nbformat.NotebookNode:
         if nbgrader_meta(cell).get("grade"):
             cell.source = strip_hidden_tests(cell.source).rstrip("\n")
     if run:
-        with tempfile.TemporaryDirectory(prefix="ch34-solutions-") as workdir:
-            execute(nb, Path(workdir))
+        workdir = kernel_tempdir("ch34-solutions-", below="/kernel-99999")
+        try:
+            execute(nb, workdir)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
     return canonical(nb, keep_outputs=True)
 
 
@@ -138,6 +142,24 @@ def execute(nb, workdir: Path, *, kernel_name: str = "python3", allow_errors: bo
         resources={"metadata": {"path": str(workdir)}},
         config=config,
     ).execute()
+
+
+def kernel_tempdir(prefix: str, *, below: str) -> Path:
+    """A new temporary folder short enough for the kernel IPC sockets that go `below` it.
+
+    A Unix socket's path holds at most 107 bytes, and `execute` puts kernel sockets in a working
+    folder: a long TMPDIR (a macOS one, a deep CI folder) would break every kernel. Such a
+    TMPDIR is passed over for /tmp. The caller removes the folder.
+    """
+    for parent in (None, "/tmp"):
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        if len(os.fsencode(folder)) + len(below) <= MAX_SOCKET_PATH:
+            return folder
+        folder.rmdir()
+    raise SystemExit(
+        f"no temporary folder short enough for kernel sockets ({len(below)} bytes must fit below "
+        f"it in {MAX_SOCKET_PATH}): set TMPDIR to a short folder"
+    )
 
 
 def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbformat.NotebookNode:
