@@ -8,7 +8,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup notebooks solutions examples autograde test bench lint clean distclean
+.PHONY: all setup sandbox notebooks solutions examples autograde test bench lint clean distclean
 
 all: notebooks solutions examples
 
@@ -18,6 +18,17 @@ $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
 	rm -f $(VENV)/.installed-* && touch $@
+
+# The autograder's sandbox is Debian's bubblewrap: installed here when it is missing and we may
+# (root, apt-get); otherwise the grader runs kernels without it and says so on every run.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing bubblewrap (the autograder's sandbox)"; \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "WARNING: bubblewrap is missing; install it (sudo apt-get install bubblewrap) or student code runs unsandboxed" >&2; \
+	  fi; }
 
 notebooks: $(STAMP)
 	$(PY) -m grader.kit.build notebooks
@@ -29,19 +40,19 @@ build/grading-course/gradebook.db:
 	$(MAKE) notebooks
 
 # Grade the bundled examples (correct, untouched, partly wrong) and print the table.
-examples: $(STAMP) build/grading-course/gradebook.db
+examples: $(STAMP) sandbox build/grading-course/gradebook.db
 	rm -rf build/examples build/examples-report
 	$(PY) -m grader.kit.submissions build/examples
 	$(PY) -m grader.kit.autograde build/examples --report build/examples-report --jobs $(JOBS)
 
-autograde: $(STAMP) build/grading-course/gradebook.db
+autograde: $(STAMP) sandbox build/grading-course/gradebook.db
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder of .ipynb files> [REPORT=<folder>]" >&2; exit 2; }
 	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS)
 
-test: $(STAMP)
+test: $(STAMP) sandbox
 	$(PY) -m pytest -q tests
 
-bench: $(STAMP) build/grading-course/gradebook.db
+bench: $(STAMP) sandbox build/grading-course/gradebook.db
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
 
 lint: $(STAMP)

@@ -28,6 +28,14 @@ def attacked(fresh_build, tmp_path_factory):
     return {"run": run, "rows": rows, "report": report}
 
 
+def test_the_attacks_were_graded_inside_the_sandbox(attacked):
+    # Without bubblewrap the grader falls back to bare kernels, and the sandbox tests here would
+    # fail for a reason that is not theirs.
+    assert "sandbox: bubblewrap" in attacked["run"].stderr, (
+        "bubblewrap is missing or cannot make namespaces here: apt-get install bubblewrap"
+    )
+
+
 def test_catalogue_has_at_least_15_attacks():
     assert len(ATTACKS) >= 15 and len({a.name for a in ATTACKS}) == len(ATTACKS)
 

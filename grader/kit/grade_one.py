@@ -1,0 +1,180 @@
+"""Grade one submission in a process forked from the batch grader (`autograde.py`).
+
+The fork starts with nbgrader, nbconvert, nbclient and jupyter_client already imported by its
+parent (about 3 s a submission that a fresh process would spend). `grade_in_child` gives the
+working copy a kernelspec whose kernel starts inside bubblewrap (`sandbox.py`), sets the limits,
+runs nbgrader's own `autograde` in process on `workdir/course`, writes `workdir/result.json`
+and exits; nothing it started outlives it (`reaper.py`). It never writes outside `workdir`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbgrader.api import Gradebook
+from nbgrader.apps import NbGraderAPI
+from nbgrader.converters import Autograde
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.nbgraderformat import MetadataValidator
+from nbgrader.preprocessors import CheckCellMetadata
+from traitlets.config.loader import PyFileConfigLoader
+
+from . import reaper
+from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
+
+SANDBOX_SCRIPT = Path(__file__).with_name("sandbox.py")
+KERNEL_NAME = "ch34-sandbox"
+OUTPUT_CAP = """\
+def _cap_output(stream, left=LIMIT):
+    write, said = stream.write, []
+
+    def capped(text):
+        nonlocal left
+        if left <= 0:
+            if not said:
+                said.append(write("\\n[输出超过 LIMIT 字节，其余已丢弃]\\n"))
+            return len(text)
+        left -= len(text)
+        return write(text if left >= 0 else text[: left + len(text)])
+
+    stream.write = capped
+
+
+import sys as _sys
+
+_cap_output(_sys.stdout)
+_cap_output(_sys.stderr)
+del _cap_output, _sys
+"""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one submission may spend."""
+
+    cell_timeout_s: int = 60
+    notebook_timeout_s: int = 240
+    memory_bytes: int = 6 << 30  # address space of the kernel; torch alone maps about 1.5 GiB
+    output_lines: int = 200
+    output_bytes: int = 2_000_000  # what the kernel may print in all, before the rest is dropped
+
+
+def warm_up(release) -> None:
+    """Load once, in the parent, what every forked grader would otherwise load for itself.
+
+    Measured in a grader's profile: IPython and SQLAlchemy's SQLite dialect (imported on first
+    use), nbformat's compiled schema validator, jsonschema's and re's caches, the kernel
+    provisioners' entry points: about 0.25 s of CPU a submission.
+    """
+    import IPython  # noqa: F401  (nbconvert's execution imports it)
+    from jupyter_client.provisioning import KernelProvisionerFactory
+    from sqlalchemy.dialects import sqlite  # noqa: F401
+
+    nbformat.validate(release)
+    MetadataValidator().validate_nb(release)
+    KernelProvisionerFactory.instance()
+
+
+def sandbox_available() -> bool:
+    """True when bubblewrap can create the namespaces the kernel sandbox needs."""
+    if shutil.which("bwrap") is None:
+        return False
+    probe = os.system(
+        "bwrap --ro-bind / / --unshare-pid --unshare-net --die-with-parent true >/dev/null 2>&1"
+    )
+    return probe == 0
+
+
+def grade_in_child(
+    workdir: Path, student_id: str, limits: Limits, sandbox: bool, threads: int
+) -> None:
+    """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json."""
+    os.setpgrp()  # so the parent can kill this process and everything it started at once
+    reaper.adopt_orphans()  # and so what escapes the group is still below this process
+    # nbgrader's SQLAlchemy warnings are not the instructor's business
+    warnings.simplefilter("ignore")
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes * 2, limits.memory_bytes * 2))
+    for name in ("scratch/.ipython/profile_default/startup", "runtime", "kernels/" + KERNEL_NAME):
+        (workdir / name).mkdir(parents=True, exist_ok=True)
+    # Runs in the kernel before any learner code (the kernel's HOME is the scratch directory).
+    (workdir / "scratch/.ipython/profile_default/startup/00-output-cap.py").write_text(
+        OUTPUT_CAP.replace("LIMIT", str(limits.output_bytes))
+    )
+    (workdir / "kernels" / KERNEL_NAME / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, str(SANDBOX_SCRIPT), "{connection_file}"],
+                "display_name": "Python 3 (ch34 sandbox)",
+                "language": "python",
+                # SIGINT cannot cross bubblewrap's PID namespace; ask the kernel to interrupt itself instead.
+                "interrupt_mode": "message",
+            }
+        )
+    )
+    # The sandbox shows the kernel only these Python trees (read-only) and the system's own files.
+    pythons = sorted(
+        {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    )
+    os.environ.update(
+        JUPYTER_PATH=str(workdir),
+        JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
+        CH34_SANDBOX_SCRATCH=str(workdir / "scratch"),
+        CH34_SANDBOX_PYTHON=os.pathsep.join(pythons),
+        CH34_SANDBOX_MEMORY=str(limits.memory_bytes),
+        CH34_SANDBOX_BWRAP="1" if sandbox else "0",
+        # Kernels graded side by side share the cores: one BLAS/torch thread each, no oversubscription.
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+    )
+    result = run_nbgrader(workdir, student_id, limits)
+    reaper.kill_descendants()  # the kernel is gone; anything the notebook started goes too
+    (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
+    os._exit(0)  # skip atexit handlers inherited from the parent
+
+
+def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
+    """nbgrader's autograde, in process, on the course in `workdir`."""
+    course = workdir / "course"
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    config.CourseDirectory.root = str(course)
+    config.Execute.kernel_name = KERNEL_NAME
+    config.Execute.timeout = limits.cell_timeout_s
+    config.LimitOutput.max_lines = limits.output_lines
+    config.KernelManager.transport = "ipc"
+    # Once the last cell has run the kernel has nothing left to give: kill it rather than wait
+    # for a polite exit (nbclient's graceful shutdown idles about 0.9 s a submission).
+    config.Execute.shutdown_kernel = "immediate"
+    config.KernelManager.ip = str(workdir / "runtime" / "kernel")
+    # nbgrader checks the cells' nbgrader metadata after sanitising and again after executing.
+    # Nothing in between touches it (execution writes outputs; ClearMetadataPreprocessor keeps
+    # the nbgrader keys), so the second check, 0.15 s of jsonschema a submission, is dropped.
+    config.Autograde.autograde_preprocessors = [
+        p
+        for p in Autograde.class_traits()["autograde_preprocessors"].default()
+        if p is not CheckCellMetadata
+    ]
+    os.chdir(course)
+    api = NbGraderAPI(CourseDirectory(config=config), config=config)
+    began = time.perf_counter()
+    graded = api.autograde(ASSIGNMENT, student_id, force=True, create=True)
+    seconds = {"autograde": time.perf_counter() - began}
+    if not graded["success"]:
+        return {"status": "failed", "log": graded.get("log", "") + graded.get("error", "")}
+    with Gradebook(
+        f"sqlite:///{course / 'gradebook.db'}", config.CourseDirectory.course_id
+    ) as gradebook:
+        notebook = gradebook.find_submission_notebook(
+            NOTEBOOK_NAME[: -len(".ipynb")], ASSIGNMENT, student_id
+        )
+        scores = {grade.name: (grade.score, grade.max_score) for grade in notebook.grades}
+    autograded = course / "autograded" / student_id / ASSIGNMENT / NOTEBOOK_NAME
+    return {"status": "graded", "scores": scores, "seconds": seconds, "autograded": str(autograded)}
