@@ -1,6 +1,10 @@
 """The committed notebooks are exactly what the one source generates."""
 
 import copy
+import subprocess
+import sys
+
+import nbformat
 
 from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from tests.conftest import read_nb
@@ -63,3 +67,40 @@ def test_solutions_notebook_is_executed_with_every_test_passing(fresh_build):
     assert not stderr, f"the solutions write to stderr (nbgrader would give 0 points): {stderr[:2]}"
     visible = next(cell for cell in nb.cells if cell.id == "visible_tests")
     assert "测试通过" in "".join(o.get("text", "") for o in visible.outputs)
+
+
+def build_solutions(out, *extra):
+    return subprocess.run(
+        [sys.executable, "-m", "grader.kit.build", "solutions", "--no-execute", "--out", str(out)]
+        + list(extra),
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def test_rebuilding_solutions_from_an_unchanged_source_keeps_the_committed_file(tmp_path):
+    # Their measurement cells print this run's timings; that alone must not leave git dirty.
+    target = tmp_path / "solutions" / NOTEBOOK_NAME
+    target.parent.mkdir()
+    committed = (REPO_ROOT / "solutions" / NOTEBOOK_NAME).read_bytes()
+    target.write_bytes(committed)
+    assert "kept" in build_solutions(tmp_path)
+    assert target.read_bytes() == committed
+    assert "wrote" in build_solutions(tmp_path, "--rewrite")
+    assert target.read_bytes() != committed  # --no-execute: the outputs are gone
+
+
+def test_rebuilding_solutions_from_a_changed_source_rewrites_them(tmp_path):
+    target = tmp_path / "solutions" / NOTEBOOK_NAME
+    target.parent.mkdir()
+    stale = read_nb(REPO_ROOT / "solutions" / NOTEBOOK_NAME)
+    prose = next(cell for cell in stale.cells if cell.cell_type == "markdown")
+    prose.source += "\n\nA sentence the source no longer has."
+    nbformat.write(stale, target)
+    assert "wrote" in build_solutions(tmp_path)
+    fresh = read_nb(target)
+    assert without_outputs(fresh) == without_outputs(
+        read_nb(REPO_ROOT / "solutions" / NOTEBOOK_NAME)
+    )

@@ -183,6 +183,27 @@ def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbfor
     return nb
 
 
+def same_but_outputs(nb: nbformat.NotebookNode, path: Path) -> bool:
+    """True when the notebook at `path` equals `nb` in everything but code cells' outputs.
+
+    The solutions' measurement cells print this run's timings: a rebuild from the same source
+    differs there and nowhere else. Neither argument is modified.
+    """
+    try:
+        other = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return False
+
+    def skeleton(notebook):
+        cells = []
+        for cell in notebook.cells:
+            cell = {k: v for k, v in cell.items() if k not in ("outputs", "execution_count")}
+            cells.append(cell)
+        return notebook.metadata, cells
+
+    return skeleton(nb) == skeleton(other)
+
+
 def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
     """Write atomically, so a half-written notebook never replaces a good one."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -200,6 +221,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--no-execute", action="store_true", help="write the solutions without running them"
     )
+    parser.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="write the solutions even when only their outputs (timings) changed",
+    )
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.what in ("notebooks", "all"):
@@ -211,8 +237,16 @@ def main(argv=None) -> int:
         print(f"wrote {target.relative_to(args.out)}, build/course and {GRADING_COURSE}")
     if args.what in ("solutions", "all"):
         target = args.out / "solutions" / NOTEBOOK_NAME
-        write_notebook(solutions_notebook(run=not args.no_execute), target)
-        print(f"wrote {target.relative_to(args.out)} ({time.perf_counter() - start:.1f} s in all)")
+        fresh = solutions_notebook(run=not args.no_execute)
+        seconds = time.perf_counter() - start
+        if not args.rewrite and target.exists() and same_but_outputs(fresh, target):
+            # Only the measurement cells' timings moved: keep the committed run, keep git clean.
+            print(
+                f"kept {target.relative_to(args.out)}: same source, outputs differ only ({seconds:.1f} s)"
+            )
+        else:
+            write_notebook(fresh, target)
+            print(f"wrote {target.relative_to(args.out)} ({seconds:.1f} s in all)")
     return 0
 
 
