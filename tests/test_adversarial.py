@@ -36,6 +36,13 @@ def test_the_attacks_were_graded_inside_the_sandbox(attacked):
     )
 
 
+def test_the_attacks_were_graded_under_a_process_limit(attacked):
+    # Root ignores RLIMIT_NPROC: only a pids cgroup keeps the fork bomb off the process table.
+    assert "processes: at most" in attacked["run"].stderr, (
+        "no writable pids cgroup here: the fork bomb would fill the machine's process table"
+    )
+
+
 def test_catalogue_has_at_least_15_attacks():
     assert len(ATTACKS) >= 15 and len({a.name for a in ATTACKS}) == len(ATTACKS)
 

@@ -28,7 +28,7 @@ from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata
 from traitlets.config.loader import PyFileConfigLoader
 
-from . import reaper
+from . import pids_limit, reaper
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
 
 SANDBOX_SCRIPT = Path(__file__).with_name("sandbox.py")
@@ -66,6 +66,7 @@ class Limits:
     memory_bytes: int = 6 << 30  # address space of the kernel; torch alone maps about 1.5 GiB
     output_lines: int = 200
     output_bytes: int = 2_000_000  # what the kernel may print in all, before the rest is dropped
+    processes: int = 512  # tasks (threads too) of the grader, the kernel and all it starts
 
 
 def warm_up(release) -> None:
@@ -95,9 +96,13 @@ def sandbox_available() -> bool:
 
 
 def grade_in_child(
-    workdir: Path, student_id: str, limits: Limits, sandbox: bool, threads: int
+    workdir: Path, student_id: str, limits: Limits, sandbox: bool, threads: int, group=None
 ) -> None:
-    """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json."""
+    """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json.
+
+    `group` is the submission's pids cgroup (`pids_limit.py`), or None where there is none.
+    """
+    pids_limit.enter(group)  # before anything starts, so the kernel and all below it count
     os.setpgrp()  # so the parent can kill this process and everything it started at once
     reaper.adopt_orphans()  # and so what escapes the group is still below this process
     # nbgrader's SQLAlchemy warnings are not the instructor's business
