@@ -36,11 +36,11 @@ def test_the_attacks_were_graded_inside_the_sandbox(attacked):
     )
 
 
-def test_the_attacks_were_graded_under_a_process_limit(attacked):
-    # Root ignores RLIMIT_NPROC: only a pids cgroup keeps the fork bomb off the process table.
-    assert "processes: at most" in attacked["run"].stderr, (
-        "no writable pids cgroup here: the fork bomb would fill the machine's process table"
-    )
+def test_the_attacks_were_graded_under_process_and_memory_limits(attacked):
+    # Root ignores RLIMIT_NPROC and RLIMIT_AS is per process: only cgroups hold the fork bomb
+    # and the memory taken by several processes at once.
+    line = next(line for line in attacked["run"].stderr.splitlines() if "cgroup limits:" in line)
+    assert "at most 512 processes" in line and "GiB of memory" in line, line
 
 
 def test_catalogue_has_at_least_15_attacks():

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import feedback, integrity, pids_limit, reaper, report
+from . import cgroups, feedback, integrity, reaper, report
 from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
 from .grade_one import Limits, grade_in_child, sandbox_available, warm_up
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
@@ -77,7 +77,8 @@ def grade_all(
     # re-parented here when the grader ends, and killed.
     reaper.adopt_orphans()
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    pids_base = pids_limit.available()
+    bases = cgroups.available()
+    caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
     def record(outcome: Outcome, workdir: Path) -> None:
         finish(outcome, workdir, report_dir)
@@ -98,15 +99,13 @@ def grade_all(
                 if outcome is not None:  # could not even be normalised: no kernel needed
                     record(outcome, workdir)
                     continue
-                group = pids_limit.make_group(
-                    pids_base, f"ch34-{os.getpid()}-{index:04d}", limits.processes
-                )
+                groups = cgroups.make_groups(bases, f"ch34-{os.getpid()}-{index:04d}", caps)
                 proc = context.Process(
                     target=grade_in_child,
-                    args=(workdir, student_id, limits, sandbox, threads, group),
+                    args=(workdir, student_id, limits, sandbox, threads, groups),
                 )
                 proc.start()
-                running[proc] = (student_id, workdir, time.monotonic(), group)
+                running[proc] = (student_id, workdir, time.monotonic(), groups)
             # Wake as soon as a grader exits (its slot refills at once), or at the next deadline.
             deadlines = [run[2] + limits.notebook_timeout_s for run in running.values()]
             if deadlines:
@@ -114,7 +113,7 @@ def grade_all(
                     [proc.sentinel for proc in running],
                     timeout=max(0.0, min(deadlines) - time.monotonic()),
                 )
-            for proc, (student_id, workdir, began, group) in list(running.items()):
+            for proc, (student_id, workdir, began, groups) in list(running.items()):
                 overdue = time.monotonic() - began > limits.notebook_timeout_s
                 if proc.is_alive() and not overdue:
                     continue
@@ -123,7 +122,7 @@ def grade_all(
                 proc.join()
                 del running[proc]
                 reaper.kill_descendants(spare=[other.pid for other in running])
-                pids_limit.remove_group(group)
+                cgroups.remove(groups)
                 outcome = collect(workdir, student_id, proc.exitcode, overdue, limits)
                 outcome.seconds = time.monotonic() - began
                 record(outcome, workdir)
@@ -131,8 +130,8 @@ def grade_all(
         for proc in running:
             reaper.kill_group(proc.pid)
         reaper.kill_descendants()
-        for *_, group in running.values():
-            pids_limit.remove_group(group)
+        for *_, groups in running.values():
+            cgroups.remove(groups)
         reaper.adopt_orphans(False)
         shutil.rmtree(work_root, ignore_errors=True)
     outcomes.sort(key=lambda o: o.student_id)
@@ -304,14 +303,12 @@ def main(argv=None) -> int:
             ),
             file=sys.stderr,
         )
-    processes = (
-        f"at most {limits.processes} each (pids cgroup)"
-        if pids_limit.available()
-        else "no limit (no writable pids cgroup here)"
+    caps = cgroups.describe(
+        cgroups.available(), pids=limits.processes, memory_bytes=limits.memory_bytes
     )
     print(
         f"grading {len(submissions)} submissions, {args.jobs} at a time, sandbox: "
-        f"{'bubblewrap' if sandbox else 'NONE'}, processes: {processes}",
+        f"{'bubblewrap' if sandbox else 'NONE'}, cgroup limits: {caps}",
         file=sys.stderr,
     )
     outcomes = grade_all(

@@ -28,7 +28,7 @@ from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata
 from traitlets.config.loader import PyFileConfigLoader
 
-from . import pids_limit, reaper
+from . import cgroups, reaper
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
 
 SANDBOX_SCRIPT = Path(__file__).with_name("sandbox.py")
@@ -63,7 +63,9 @@ class Limits:
 
     cell_timeout_s: int = 60
     notebook_timeout_s: int = 240
-    memory_bytes: int = 6 << 30  # address space of the kernel; torch alone maps about 1.5 GiB
+    # The kernel's address space (torch alone maps about 1.5 GiB), and the memory the whole
+    # submission may use (a memory cgroup: grader, kernel and all it starts).
+    memory_bytes: int = 6 << 30
     output_lines: int = 200
     output_bytes: int = 2_000_000  # what the kernel may print in all, before the rest is dropped
     processes: int = 512  # tasks (threads too) of the grader, the kernel and all it starts
@@ -96,13 +98,18 @@ def sandbox_available() -> bool:
 
 
 def grade_in_child(
-    workdir: Path, student_id: str, limits: Limits, sandbox: bool, threads: int, group=None
+    workdir: Path,
+    student_id: str,
+    limits: Limits,
+    sandbox: bool,
+    threads: int,
+    groups: list[Path] = (),
 ) -> None:
     """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json.
 
-    `group` is the submission's pids cgroup (`pids_limit.py`), or None where there is none.
+    `groups` are the submission's cgroups (`cgroups.py`), empty where there are none.
     """
-    pids_limit.enter(group)  # before anything starts, so the kernel and all below it count
+    cgroups.enter(groups)  # before anything starts, so the kernel and all below it count
     os.setpgrp()  # so the parent can kill this process and everything it started at once
     reaper.adopt_orphans()  # and so what escapes the group is still below this process
     # nbgrader's SQLAlchemy warnings are not the instructor's business
