@@ -107,7 +107,7 @@ def grade_all(
                 proc.start()
                 running[proc] = (student_id, workdir, time.monotonic(), groups)
             # Wake as soon as a grader exits (its slot refills at once), or at the next deadline.
-            deadlines = [run[2] + limits.notebook_timeout_s for run in running.values()]
+            deadlines = [began + limits.notebook_timeout_s for _, _, began, _ in running.values()]
             if deadlines:
                 wait_for_exit(
                     [proc.sentinel for proc in running],

@@ -195,11 +195,10 @@ def same_but_outputs(nb: nbformat.NotebookNode, path: Path) -> bool:
         return False
 
     def skeleton(notebook):
-        cells = []
-        for cell in notebook.cells:
-            cell = {k: v for k, v in cell.items() if k not in ("outputs", "execution_count")}
-            cells.append(cell)
-        return notebook.metadata, cells
+        run = ("outputs", "execution_count")
+        return notebook.metadata, [
+            {k: v for k, v in cell.items() if k not in run} for cell in notebook.cells
+        ]
 
     return skeleton(nb) == skeleton(other)
 
