@@ -1,6 +1,8 @@
 """Shared fixtures: one fresh build of the kit and one graded batch per test session."""
 
+import csv
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -49,8 +51,6 @@ def autograde(submissions_dir, report_dir, course, jobs=2, extra=(), env=None):
 
     `env` adds to (or overrides) this process's environment for the run.
     """
-    import csv
-    import os
 
     run = subprocess.run(
         [

@@ -59,9 +59,14 @@ def grade_all(
     jobs: int,
     limits: Limits = Limits(),
     sandbox: bool = True,
+    cgroup_bases: dict | None = None,
     progress=sys.stderr,
 ) -> list[Outcome]:
-    """Grade `submissions` (paths to .ipynb files) into `report_dir`; return one outcome each, sorted by id."""
+    """Grade `submissions` (paths to .ipynb files) into `report_dir`; return one outcome each, sorted by id.
+
+    `cgroup_bases` is what `cgroups.available()` found (looked up here when None): the caller
+    that announced the limits passes what it announced.
+    """
     course = course.resolve()
     if not (course / "gradebook.db").exists():
         raise SystemExit(f"no grading course at {course}: run `make notebooks` first")
@@ -77,7 +82,7 @@ def grade_all(
     # re-parented here when the grader ends, and killed.
     reaper.adopt_orphans()
     threads = max(1, (os.cpu_count() or 1) // jobs)
-    bases = cgroups.available()
+    bases = cgroups.available() if cgroup_bases is None else cgroup_bases
     caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
     def record(outcome: Outcome, workdir: Path) -> None:
@@ -303,9 +308,8 @@ def main(argv=None) -> int:
             ),
             file=sys.stderr,
         )
-    caps = cgroups.describe(
-        cgroups.available(), pids=limits.processes, memory_bytes=limits.memory_bytes
-    )
+    cgroup_bases = cgroups.available()
+    caps = cgroups.describe(cgroup_bases, pids=limits.processes, memory_bytes=limits.memory_bytes)
     print(
         f"grading {len(submissions)} submissions, {args.jobs} at a time, sandbox: "
         f"{'bubblewrap' if sandbox else 'NONE'}, cgroup limits: {caps}",
@@ -318,6 +322,7 @@ def main(argv=None) -> int:
         jobs=max(1, args.jobs),
         limits=limits,
         sandbox=sandbox,
+        cgroup_bases=cgroup_bases,
     )
     print(report.summary_table(outcomes))
     print(

@@ -115,7 +115,7 @@ def solutions_notebook(*, run: bool = True) -> nbformat.NotebookNode:
         if nbgrader_meta(cell).get("grade"):
             cell.source = strip_hidden_tests(cell.source).rstrip("\n")
     if run:
-        workdir = kernel_tempdir("ch34-solutions-", below="/kernel-99999")
+        workdir = kernel_tempdir("ch34-solutions-")
         try:
             execute(nb, workdir)
         finally:
@@ -144,8 +144,10 @@ def execute(nb, workdir: Path, *, kernel_name: str = "python3", allow_errors: bo
     ).execute()
 
 
-def kernel_tempdir(prefix: str, *, below: str) -> Path:
+def kernel_tempdir(prefix: str, *, below: str = "/kernel-99999") -> Path:
     """A new temporary folder short enough for the kernel IPC sockets that go `below` it.
+
+    The default is where `execute(nb, folder)` puts them: `folder/kernel-<n>`.
 
     A Unix socket's path holds at most 107 bytes, and `execute` puts kernel sockets in a working
     folder: a long TMPDIR (a macOS one, a deep CI folder) would break every kernel. Such a
