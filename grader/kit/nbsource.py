@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import jupytext
@@ -25,6 +26,38 @@ GITHUB_REPO = "inference-course/ch34-prefix-cache-kit"
 COLAB_URL = (
     f"https://colab.research.google.com/github/{GITHUB_REPO}/blob/main/notebooks/{NOTEBOOK_NAME}"
 )
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of the notebook: the TODOs it holds and whether its points count toward `score`."""
+
+    key: str  # column name in grades.csv
+    title: str  # as the learner reads it
+    todos: tuple[int, ...]
+    counted: bool  # False: a challenge part, reported beside the score, never inside it
+
+
+# The one table of parts. Grade ids read `test_todo<N>_<check>`: the TODO number says the part.
+PARTS = (
+    Part("core", "核心：PrefixCacheManager", tuple(range(1, 9)), counted=True),
+    Part("kv", "第二部分：真实 KV", (9, 10), counted=True),
+    Part("block", "第三部分（选做）：块级缓存", tuple(range(11, 15)), counted=False),
+)
+_GRADE_ID = re.compile(r"^test_todo(\d+)_")
+
+
+def todo_number(grade_id: str) -> int | None:
+    """The TODO a grade cell checks (`test_todo12_acquire` -> 12), or None for another id."""
+    match = _GRADE_ID.match(grade_id)
+    return int(match.group(1)) if match else None
+
+
+def part_of(grade_id: str) -> Part | None:
+    """The part a grade cell belongs to, or None when its id names no TODO of any part."""
+    number = todo_number(grade_id)
+    return next((part for part in PARTS if number in part.todos), None)
+
 
 _SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", re.MULTILINE)
 _HIDDEN_BLOCK = re.compile(
