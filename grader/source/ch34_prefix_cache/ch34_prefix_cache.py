@@ -21,6 +21,7 @@
 # - **Google Colab：** 点上面的徽章，或在 Colab 里选「文件 → 打开笔记本 → GitHub」，粘贴本仓库地址后选 `notebooks/ch34_prefix_cache.ipynb`。
 # - **魔搭社区（ModelScope）：** 登录后进入「我的 Notebook」，启动免费的 CPU 实例（做最后的 GPU 实验时选 GPU 实例），在 JupyterLab 左侧上传本 `.ipynb` 文件后双击打开；也可以在实例的终端里 `git clone` 本仓库。
 # - 本 notebook 只依赖 Python 标准库和 PyTorch（Colab 与魔搭实例都已预装），不从仓库里 import 任何东西，单个文件即可运行。
+# - **最低版本：** Python 3.10、PyTorch 1.11。Colab 默认运行时（Python 3.13、torch 2.11）和魔搭的镜像（Python 3.12、torch 2.10；旧镜像 Python 3.11、torch 2.3.1）都满足。
 #
 # **交作业：** 完成全部 TODO 后，「文件 → 下载 → 下载 .ipynb」，把文件按老师的要求命名（通常是学号，如 `2024001.ipynb`）后提交。请不要删除或改动带锁的测试单元格；即使误删了，评分脚本也会按原题恢复它们。
 
@@ -2983,11 +2984,13 @@ del _show_eviction_policies
 # %% [markdown]
 # ## Step 5　GPU 可选实验：观察分块带来的资源边界
 #
-# 这是本 notebook 的最后一个单元格。它用**合成的** hidden states 比较“一次性处理整个 suffix”与“按 chunk 处理 suffix”时的显存分配峰值，帮助理解分块限制了什么。它不是真实的 prefix cache、KV cache 或 serving benchmark。
+# 这是本 notebook 的最后一个单元格。它先用**合成的** hidden states 比较“一次性处理整个 suffix”与“按 chunk 处理 suffix”时的显存分配峰值，帮助理解分块限制了什么；这一段不是真实的 prefix cache、KV cache 或 serving benchmark。
 #
-# - 第二部分的小 Transformer（float32，`d = 512`、4 层、4096 个 token）也在这里上 GPU：一次性与分块预填充的峰值显存（`torch.cuda.max_memory_allocated`，包括分数张量的几份拷贝、KV 和激活，不只是分数张量）、耗时（计时前后 `synchronize`）、分块结果与一次性结果的最大误差，以及命中 90% 时的 prefill 加速比与代价模型之比。这一部分需要先完成 TODO 9–10。
+# - 第二部分的小 Transformer（float32，`d = 512`、4 层、4096 个 token）也在这里上 GPU：一次性与分块预填充的峰值显存、耗时、分块结果与一次性结果的最大误差，以及命中 90% 时的 prefill 加速比与代价模型 S(h, T) 之比。这一部分需要先完成 TODO 9。
+# - **怎么量的。** 每个峰值都是“这次测量中的最高占用 − 测量开始前已经占用的显存”（`torch.cuda.max_memory_allocated` 减去 `memory_allocated`），所以模型权重、上一次运行留下的 cuBLAS 工作区都不算在内；它包括分数张量的几份拷贝、掩码、KV 和激活，不只是分数张量。每段计时前后都 `synchronize`，prompt 在计时开始前就已经是 GPU 上的张量。
+# - **显存不够时**，那一行写“out of memory at N tokens”，其余各行照常打印，显存随即释放。
 # - 默认 `RUN_MODE = 'dry_run'`：只打印实验计划，不导入 torch、不申请任何 CUDA 张量，在任何机器上都能运行。
-# - 在 Colab（「代码执行程序 → 更改运行时类型 → GPU」）或魔搭的 GPU 实例上，把 `RUN_MODE` 改成 `'real_gpu'` 再运行，会得到真实的峰值显存。
+# - 在 Colab（「代码执行程序 → 更改运行时类型 → GPU」）或魔搭的 GPU 实例上，把 `RUN_MODE` 改成 `'real_gpu'` 再运行，会得到真实的峰值显存。合成部分用 float16：Colab 的 T4 不支持 bfloat16。
 # - 在没有 CUDA 的机器上选 `'real_gpu'` 会得到一条说明原因的错误；`RUN_MODE` 写错也会直接报错。
 
 # %%
@@ -2997,7 +3000,7 @@ CHUNK_GPU_PROBE = {
     "suffix_tokens": 4096,
     "hidden_size": 1024,
     "chunk_size": 512,
-    "dtype": "float16",
+    "dtype": "float16",  # 不用 bfloat16：Colab 的 T4 不支持
     # 第二部分的小 Transformer（float32）：一次性与分块预填充的峰值显存、耗时，以及命中 h 时的 prefill 加速比
     "tiny_model": {"d_model": 512, "n_layers": 4, "n_heads": 8, "num_tokens": 4096, "chunk_sizes": [1024, 256], "hit_ratio": 0.9, "block_size": 256, "repeats": 5},
 }
@@ -3025,95 +3028,191 @@ def tiny_model_plan(tiny):
     }
 
 
-def run_tiny_model_probe(tiny, device):
-    """在 device 上跑小模型：一次性与分块预填充的峰值显存（仅 CUDA）、耗时和与一次性结果的误差，再测命中加速比。"""
-    import torch
-
-    needed = ("TinyConfig", "TinyCausalLM", "chunked_prefill", "KVPrefixCache", "time_prefill", "random_prompt", "measure_cached_speedup")
-    if any(name not in globals() for name in needed):
-        return {"skipped": "小模型部分要用第二部分的定义：请先从头运行 notebook"}
-    plan = tiny_model_plan(tiny)
-    config = TinyConfig(vocab_size=64, d_model=tiny["d_model"], n_layers=tiny["n_layers"], n_heads=tiny["n_heads"], max_positions=tiny["num_tokens"])
-    cuda = device.type == "cuda"
-    sync = (lambda: torch.cuda.synchronize(device)) if cuda else None
-    model = TinyCausalLM(config, seed=0).to(device)
-    prompt = random_prompt(tiny["num_tokens"], config.vocab_size)
-    schedules = {"one_shot": None, **{f"chunked_{size}": size for size in tiny["chunk_sizes"]}}
-    results, reference = {}, None
-    try:
-        for name, size in schedules.items():
-            run = (lambda: model(prompt)) if size is None else (lambda size=size: chunked_prefill(model, prompt, size))
-            logits = run()[0]  # 预热，也用来核对分块结果与一次性结果相同
-            reference = logits if reference is None else reference
-            row = {"max_abs_diff_vs_one_shot": float((logits - reference).abs().max())}
-            del logits
-            if cuda:
-                torch.cuda.synchronize(device)
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats(device)
-                before = torch.cuda.memory_allocated(device)
-                run()
-                torch.cuda.synchronize(device)
-                row["peak_extra_allocated_mb"] = round((torch.cuda.max_memory_allocated(device) - before) / 2**20, 2)
-            row["analytic_attention_scores_mb"] = plan["analytic_attention_scores_mb"][name]
-            row["time_ms"] = round(1e3 * time_prefill(run, repeats=tiny["repeats"], warmup=0, synchronize=sync), 3)
-            results[name] = row
-        speed = measure_cached_speedup(model, tiny["num_tokens"], (tiny["hit_ratio"],), tiny["block_size"], repeats=tiny["repeats"], synchronize=sync)[0]
-        results["cached_prefill"] = {key: round(value, 3) for key, value in speed.items()}
-    except NotImplementedError:
-        results["skipped"] = "小模型部分需要先完成 TODO 9–10（以及第一部分的 TODO）"
-    del model, reference
-    if cuda:
-        torch.cuda.empty_cache()
-    return results
-
-
-def run_chunked_gpu_probe(run_mode="dry_run", config=None):
-    """比较合成 suffix 一次性处理与分块处理的张量峰值；不代表真实的 prefill kernel。
-
-    dry_run 只返回并打印计划（不导入 torch）；real_gpu 需要 CUDA，返回计划与实测峰值。
-    """
-    import json
-
-    if run_mode not in PROBE_MODES:
-        raise ValueError(f"RUN_MODE 只能是 {' 或 '.join(map(repr, PROBE_MODES))}，现在是 {run_mode!r}：请改正上面的 RUN_MODE 后重新运行")
-    config = dict(config or CHUNK_GPU_PROBE)
+def probe_plan(config):
+    """实验计划（纯 Python）：合成 suffix 的分块数与各调度最大一块的解析字节数，以及小模型的计划。"""
     tokens, chunk_size = config["suffix_tokens"], config["chunk_size"]
+    itemsize = {"float16": 2, "bfloat16": 2, "float32": 4}[config["dtype"]]
     plan = {
         "suffix_tokens": tokens,
         "chunk_size": chunk_size,
         "chunk_count": (tokens + chunk_size - 1) // chunk_size,
         "evidence_level": "synthetic_gpu_chunk_probe",
+        "analytic_block_mb": {name: round(size * config["hidden_size"] * itemsize / 2**20, 2) for name, size in (("one_shot", tokens), ("chunked", min(chunk_size, tokens)))},
     }
     if "tiny_model" in config:
         plan["tiny_model"] = tiny_model_plan(config["tiny_model"])
-    if run_mode == "dry_run":
-        print(json.dumps({"mode": run_mode, "plan": plan}, ensure_ascii=False, indent=2))
-        return plan
+    return plan
 
-    import torch
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("real_gpu 模式需要 CUDA，但当前运行时没有可用的 GPU：在 Colab 中选「更改运行时类型 → GPU」，或在魔搭启动 GPU 实例；只想看计划就把 RUN_MODE 改回 'dry_run'")
-    device = torch.device("cuda")
+class CudaMemory:
+    """唯一调用 torch.cuda 的地方：一块 GPU 上的同步、分配计数和显存不足错误。
+
+    测量代码只通过这几个方法接触设备，所以同一套测量也能在 CPU 上（换一个计数器）完整运行。
+    """
+
+    def __init__(self, torch, device):
+        self.torch, self.device = torch, device
+        self.name = torch.cuda.get_device_name(device)  # 量的是哪块卡，就报哪块卡的名字
+        self.oom_error = getattr(torch.cuda, "OutOfMemoryError", RuntimeError)  # torch 1.13 才有 OutOfMemoryError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        return False
+
+    def synchronize(self):
+        self.torch.cuda.synchronize(self.device)
+
+    def allocated(self):
+        return self.torch.cuda.memory_allocated(self.device)
+
+    def reset_peak(self):
+        self.torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak(self):
+        return self.torch.cuda.max_memory_allocated(self.device)
+
+    def release(self):
+        self.torch.cuda.empty_cache()
+
+    def is_oom(self, error):
+        return isinstance(error, self.oom_error) and "out of memory" in str(error)
+
+
+def measure_peak(memory, run):
+    """运行 run()，返回它让分配器多占用的最高字节数：峰值减去开始前已经占用的（权重、缓存等）。"""
+    memory.synchronize()
+    before = memory.allocated()
+    memory.reset_peak()
+    run()
+    memory.synchronize()
+    return memory.peak() - before
+
+
+def out_of_memory_row(memory, error, tokens):
+    """显存不足：这一行只记一句话（不留异常对象和它引用的张量），并把缓存的显存还给设备。"""
+    if not memory.is_oom(error):
+        raise error
+    memory.release()
+    return {"error": f"out of memory at {tokens} tokens"}
+
+
+def probe_synthetic_blocks(torch, config, device, memory):
+    """合成 suffix：一次性与分块各申请一遍 (tokens, hidden) 的块，返回每种调度的峰值（MB）。"""
+    tokens, chunk_size = config["suffix_tokens"], config["chunk_size"]
     dtype = getattr(torch, config["dtype"])
     schedules = {"one_shot": [tokens], "chunked": [min(chunk_size, tokens - i) for i in range(0, tokens, chunk_size)]}
     results = {}
     for name, sizes in schedules.items():
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
-        for size in sizes:
-            block = torch.empty((size, config["hidden_size"]), dtype=dtype, device=device)
-            block = block + 1  # 读写一遍，让分配真正发生
-            del block
-        torch.cuda.synchronize(device)
-        results[name] = {"peak_allocated_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 2)}
-    torch.cuda.empty_cache()
-    if "tiny_model" in config:
-        results["tiny_model"] = run_tiny_model_probe(config["tiny_model"], device)
-    result = {"mode": run_mode, "plan": plan, "results": results, "device": torch.cuda.get_device_name(0)}
+
+        def run(sizes=sizes):
+            for size in sizes:
+                block = torch.empty((size, config["hidden_size"]), dtype=dtype, device=device)
+                block.fill_(1.0)  # 原地写一遍，让分配真正发生；不会再分配第二块
+                del block
+
+        try:
+            results[name] = {"peak_allocated_mb": round(measure_peak(memory, run) / 2**20, 2)}
+        except Exception as error:  # 只接住显存不足，其余错误由 out_of_memory_row 原样抛出
+            results[name] = out_of_memory_row(memory, error, tokens)
+    return results
+
+
+def probe_tiny_model(torch, tiny, device, memory):
+    """在 device 上跑第二部分的小模型：各调度的峰值、耗时、与一次性结果的误差，再测命中 h 时的加速比。"""
+    needed = ("TinyConfig", "TinyCausalLM", "chunked_prefill", "time_prefill", "random_prompt", "non_embedding_params", "cost_model_speedup")
+    if any(name not in globals() for name in needed):
+        return {"skipped": "小模型部分要用第二部分的定义：请先从头运行 notebook"}
+    plan, tokens = tiny_model_plan(tiny), tiny["num_tokens"]
+    config = TinyConfig(vocab_size=64, d_model=tiny["d_model"], n_layers=tiny["n_layers"], n_heads=tiny["n_heads"], max_positions=tokens)
+    model = TinyCausalLM(config, seed=0).to(device)
+    prompt = torch.tensor(random_prompt(tokens, config.vocab_size), dtype=torch.long, device=device)  # 计时前就在设备上
+    schedules = {"one_shot": None, **{f"chunked_{size}": size for size in tiny["chunk_sizes"]}}
+    results, reference = {}, None
+    try:
+        for name, size in schedules.items():
+            run = (lambda: model(prompt)) if size is None else (lambda size=size: chunked_prefill(model, prompt, size))
+            try:
+                logits = run()[0]  # 预热，也用来核对分块结果与一次性结果相同
+                reference = logits if size is None else reference
+                row = {"max_abs_diff_vs_one_shot": None if reference is None else float((logits - reference).abs().max())}
+                del logits
+                row["peak_extra_allocated_mb"] = round(measure_peak(memory, run) / 2**20, 2)
+                row["analytic_attention_scores_mb"] = plan["analytic_attention_scores_mb"][name]
+                row["time_ms"] = round(1e3 * time_prefill(run, repeats=tiny["repeats"], warmup=0, synchronize=memory.synchronize), 3)
+                results[name] = row
+            except Exception as error:  # 显存不足记一行；NotImplementedError 等其他错误原样抛出
+                results[name] = out_of_memory_row(memory, error, tokens)
+        try:
+            results["cached_prefill"] = probe_cached_speedup(model, prompt, tiny, memory)
+        except Exception as error:
+            results["cached_prefill"] = out_of_memory_row(memory, error, tokens)
+    except NotImplementedError:
+        results["skipped"] = "小模型部分需要先完成 TODO 9（以及第一部分的 TODO）"
+    del model, prompt, reference
+    memory.release()
+    return results
+
+
+def probe_cached_speedup(model, prompt, tiny, memory):
+    """命中前 h·T 个 token（它们的 KV 事先算好、放在设备上）时 prefill 的加速比，与代价模型 S(h, T) 对照。
+
+    两条路径都按 block_size 分块：基线从空 KV 算全部 T 个 token，命中路径只算剩下的 suffix；轮流计时、各取中位数。
+    """
+    import statistics
+
+    tokens, block = len(prompt), tiny["block_size"]
+    hit_len = min(round(tiny["hit_ratio"] * tokens), tokens - 1)
+    prefix_kv = chunked_prefill(model, prompt[:hit_len], block)[1] if hit_len else None
+    full = lambda: chunked_prefill(model, prompt, block)  # noqa: E731
+    cached = lambda: chunked_prefill(model, prompt[hit_len:], block, past_kv=prefix_kv)  # noqa: E731
+    full(), cached()  # 预热
+    full_s, cached_s = [], []
+    for _ in range(tiny["repeats"]):
+        full_s.append(time_prefill(full, repeats=1, warmup=0, synchronize=memory.synchronize))
+        cached_s.append(time_prefill(cached, repeats=1, warmup=0, synchronize=memory.synchronize))
+    measured = statistics.median(full_s) / statistics.median(cached_s)
+    config = model.config
+    predicted = cost_model_speedup(hit_len / tokens, tokens, non_embedding_params(model), config.n_layers, config.d_model)
+    return {"hit_len": hit_len, "full_ms": round(1e3 * statistics.median(full_s), 3), "cached_ms": round(1e3 * statistics.median(cached_s), 3), "measured": round(measured, 3), "model": round(predicted, 3), "ratio": round(measured / predicted, 3)}
+
+
+def probe_on_device(torch, config, device, memory):
+    """整个实测：与设备无关，设备相关的调用都在 memory 里（GPU 上是 CudaMemory）。返回结果，不打印。"""
+    with memory:
+        results = {"synthetic": probe_synthetic_blocks(torch, config, device, memory)}
+        if "tiny_model" in config:
+            results["tiny_model"] = probe_tiny_model(torch, config["tiny_model"], device, memory)
+    return {"mode": "real_gpu", "device": memory.name, "torch": torch.__version__, "plan": probe_plan(config), "results": results}
+
+
+def show_probe(result):
+    """把结果打印一次（JSON）。"""
+    import json
+
     print(json.dumps(result, ensure_ascii=False, indent=2))
+
+
+def run_chunked_gpu_probe(run_mode="dry_run", config=None):
+    """比较合成 suffix 一次性处理与分块处理的张量峰值，再在 GPU 上跑小模型；不代表真实的 prefill kernel。
+
+    dry_run 只打印计划（不导入 torch）；real_gpu 需要 CUDA，在当前 GPU 上实测并打印结果。两种模式都返回结果。
+    """
+    if run_mode not in PROBE_MODES:
+        raise ValueError(f"RUN_MODE 只能是 {' 或 '.join(map(repr, PROBE_MODES))}，现在是 {run_mode!r}：请改正上面的 RUN_MODE 后重新运行")
+    config = dict(config or CHUNK_GPU_PROBE)
+    if run_mode == "dry_run":
+        result = {"mode": run_mode, "plan": probe_plan(config)}
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("real_gpu 模式需要 CUDA，但当前运行时没有可用的 GPU：在 Colab 中选「更改运行时类型 → GPU」，或在魔搭启动 GPU 实例；只想看计划就把 RUN_MODE 改回 'dry_run'")
+        device = torch.device("cuda", torch.cuda.current_device())
+        result = probe_on_device(torch, config, device, CudaMemory(torch, device))
+    show_probe(result)
     return result
 
 
-run_chunked_gpu_probe(RUN_MODE, CHUNK_GPU_PROBE)
+probe_result = run_chunked_gpu_probe(RUN_MODE, CHUNK_GPU_PROBE)  # 赋值而不是裸表达式：结果只显示一次
