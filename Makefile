@@ -8,7 +8,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox notebooks solutions examples autograde test bench lint clean distclean
+.PHONY: all setup sandbox notebooks solutions examples autograde test bench compat lint clean distclean
 
 all: notebooks solutions examples
 
@@ -54,6 +54,16 @@ test: $(STAMP) sandbox
 
 bench: $(STAMP) sandbox build/grading-course/gradebook.db
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
+
+# The floor the notebook's first cell states: every cell of the reference notebook on Python 3.10 and
+# torch 1.11, in a throwaway venv under build/. A 750 MB wheel and a minute or two: not in `make test`.
+COMPAT_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.10.*/bin/python3.10) python3.10)
+COMPAT_VENV   := build/compat-venv
+compat: $(STAMP)
+	rm -rf $(COMPAT_VENV)
+	$(COMPAT_PYTHON) -m venv $(COMPAT_VENV)
+	$(COMPAT_VENV)/bin/pip install --quiet --disable-pip-version-check torch==1.11.0 numpy==1.26.4 ipykernel==7.3.0
+	$(PY) -m grader.kit.compat $(COMPAT_VENV)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check grader tests bench

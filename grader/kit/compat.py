@@ -1,0 +1,91 @@
+"""Run the reference notebook, every cell, in a kernel of another Python environment.
+
+    python -m grader.kit.compat VENV
+
+`make compat` builds VENV with the oldest Python and torch the notebook's first cell promises
+(Python 3.10, torch 1.11) and calls this. The executed notebook is the solutions notebook with its
+outputs cleared: the core part, the torch parts (KV cache, cached and chunked prefill, the
+measurements) and the GPU probe's dry run. The GPU probe's real path needs CUDA and is not run.
+Prints one line per cell that failed or wrote to stderr, then the Python and torch versions of the
+kernel; exits 1 when a cell raised.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+from .build import execute, kernel_tempdir
+from .nbsource import NOTEBOOK_NAME, REPO_ROOT
+
+VERSIONS = "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')"
+# What the probe's CudaMemory adapter calls (OutOfMemoryError has a fallback: torch < 1.13 lacks it).
+CUDA_CALLS = (
+    "is_available",
+    "current_device",
+    "get_device_name",
+    "synchronize",
+    "memory_allocated",
+    "reset_peak_memory_stats",
+    "max_memory_allocated",
+    "empty_cache",
+)
+MISSING = f"import torch; print(' '.join(n for n in {CUDA_CALLS!r} if not hasattr(torch.cuda, n)))"
+
+
+def main(argv=None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not (Path(args[0]) / "bin" / "python").exists():
+        print(
+            "usage: python -m grader.kit.compat VENV  (a venv with torch and ipykernel)",
+            file=sys.stderr,
+        )
+        return 2
+    venv = Path(args[0]).resolve()
+    python = str(venv / "bin" / "python")
+    versions = subprocess.run([python, "-c", VERSIONS], capture_output=True, text=True, check=True)
+    missing = subprocess.run([python, "-c", MISSING], capture_output=True, text=True, check=True)
+    install = [python, "-m", "ipykernel", "install", "--prefix", str(venv), "--name", "compat"]
+    subprocess.run(install, check=True, capture_output=True)
+    nb = nbformat.read(REPO_ROOT / "solutions" / NOTEBOOK_NAME, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    workdir = kernel_tempdir("ch34-compat-")
+    os.environ["JUPYTER_PATH"] = str(venv / "share" / "jupyter")
+    try:
+        execute(nb, workdir, kernel_name="compat", allow_errors=True)
+    finally:
+        del os.environ["JUPYTER_PATH"]
+        shutil.rmtree(workdir, ignore_errors=True)
+    code_cells = [cell for cell in nb.cells if cell.cell_type == "code"]
+    failed = 0
+    for cell in code_cells:
+        for output in cell.outputs:
+            if output.output_type == "error":
+                failed += 1
+                print(f"cell {cell.id}: {output.ename}: {output.evalue}")
+            elif output.output_type == "stream" and output.name == "stderr":
+                print(f"cell {cell.id} wrote to stderr: {output.text.strip()[:300]}")
+    kernel = versions.stdout.strip()
+    if missing.stdout.strip():
+        failed += 1
+        print(
+            f"the GPU probe calls torch.cuda functions this torch lacks: {missing.stdout.strip()}"
+        )
+    if failed:
+        print(f"compat: {failed} failure(s) on {kernel}")
+        return 1
+    print(
+        f"compat: all {len(code_cells)} code cells of the reference notebook ran on {kernel}; the GPU probe's torch.cuda calls all exist"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
