@@ -1,4 +1,14 @@
-"""The student notebook on the Pythons learners have: Colab's 3.12, ModelScope's 3.10 (stdlib only, no torch)."""
+"""The student notebook's stdlib parts (the core part and the GPU probe's dry run) in fresh kernels
+of the Pythons learners have, none with torch installed:
+
+- 3.13: Colab's default runtime (with torch 2.11 there, on a T4 without bfloat16);
+- 3.12: ModelScope's current images (with torch 2.10); its legacy images run 3.11 (torch 2.3.1),
+  the Python of this kit's own venv, where the whole notebook runs in the other tests;
+- 3.10: the floor the notebook's first cell states (`int | None` in a dataclass needs it).
+
+The torch parts on 3.10 with torch 1.11 are `make compat`. The torch parts on 3.13 are not run
+here: no CPU-only torch wheel for 3.13 can be installed on this machine (PyPI's is the CUDA build).
+"""
 
 import glob
 import os
@@ -24,7 +34,8 @@ def find_python(version):
     return None
 
 
-KERNELS = {"3.12": "ipykernel==7.4.0", "3.10": "ipykernel==7.3.0"}  # 7.4 needs Python 3.11 or newer
+# ipykernel 7.4 requires Python >= 3.11; 7.3.0 is the newest that installs on 3.10.
+KERNELS = {"3.13": "ipykernel==7.4.0", "3.12": "ipykernel==7.4.0", "3.10": "ipykernel==7.3.0"}
 
 
 @pytest.mark.parametrize("version", sorted(KERNELS))
