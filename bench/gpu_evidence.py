@@ -96,6 +96,9 @@ def evidence(result: dict, device_kind: str) -> tuple[str, list[str]]:
         f"- torch {result['torch']}, Python {platform.python_version()}, {platform.machine()}",
         f"- command: `python bench/gpu_evidence.py --device {device_kind}`",
         "- every peak is the allocator's peak during the measurement minus what was resident before",
+        "- on cpu the counter adds Python work to every op: its times say nothing about speed"
+        if device_kind == "cpu"
+        else "- times: median of the probe's repeats, each bracketed by torch.cuda.synchronize",
         "",
         "| measurement | peak (MiB) | analytic (MiB) | peak / analytic | time (ms) | max abs diff |",
         "|---|---|---|---|---|---|",
