@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import re
 
-from .nbsource import nbgrader_meta, strip_hidden_tests
+from .nbsource import PARTS, nbgrader_meta, strip_hidden_tests
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 STYLE = """
@@ -70,13 +70,18 @@ def overrides_section(overrides) -> str:
     """The instructor's adjustments (dicts with column, value, note), or '' when there are none."""
     if not overrides:
         return ""
+    names = {"score": "总分"} | {part.key: part.title for part in PARTS}
+    todos = [o["column"] for o in overrides if re.fullmatch(r"todo\d+", o["column"])]
+    names |= {column: f"TODO {column[4:]}" for column in todos}
     rows = "".join(
-        f"<tr><td>{esc(o['column'])}</td><td>{esc(o['value'])}</td><td>{esc(o.get('note', ''))}</td></tr>"
+        f"<tr><td>{esc(names.get(o['column'], o['column']))}</td>"
+        f"<td>{esc(o['value'])}</td><td>{esc(o.get('note', ''))}</td></tr>"
         for o in overrides
     )
     return (
         "<h2>老师的调整</h2><p>以下分数由老师手动设定，以此为准：</p>"
-        f"<table><tr><th>项目</th><th>分数</th><th>说明</th></tr>{rows}</table>"
+        '<table style="margin-bottom:1em"><tr><th>项目</th><th>分数</th><th>说明</th></tr>'
+        f"{rows}</table>"
     )
 
 
