@@ -12,7 +12,7 @@ API, so that `cd REPORT/nbgrader && nbgrader formgrader` lists them for manual r
 build/: `make notebooks` never wipes it, and `generate_assignment` is never blocked by it.
 
 Only the batch's parent process writes here (the forked graders never share this SQLite file).
-Grading a student again replaces that student's submission. A submission that could not be
+Grading a student again replaces that student's scores (and manual grades). A submission that could not be
 graded has no notebook to review: its student is listed with no submission. A flagged one
 (suspicious code, zeroed) is marked as needing a manual grade. An override of a grade cell in
 overrides.csv becomes that cell's manual score (nbgrader shows manual over automatic); an
@@ -28,7 +28,14 @@ import time
 import warnings
 from pathlib import Path
 
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import (
+    Comment,
+    Grade,
+    Gradebook,
+    Student,
+    SubmittedAssignment,
+    SubmittedNotebook,
+)
 from traitlets.config.loader import PyFileConfigLoader
 
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
@@ -80,31 +87,62 @@ def keep_notebook(report_dir: Path, student_id: str, autograded: str) -> None:
 
 
 def record(report_dir: Path, outcomes, overrides: dict | None = None) -> int:
-    """Write `outcomes` into the course's gradebook; return how many submissions it now holds."""
+    """Write `outcomes` into the course's gradebook; return how many submissions it now holds.
+
+    One transaction for the batch (nbgrader's `add_submission` commits each time: about 0.2 s a
+    student). A student graded before keeps the submission row; its scores are replaced.
+    """
     course = course_dir(report_dir)
     config = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
     url = f"sqlite:///{course / 'gradebook.db'}"
     with warnings.catch_warnings(), Gradebook(url, config.CourseDirectory.course_id) as gradebook:
-        # nbgrader's add_submission trips SQLAlchemy's autoflush warnings: not the instructor's business
+        # nbgrader's ORM trips SQLAlchemy's autoflush warnings: not the instructor's business
         warnings.simplefilter("ignore")
+        assignment = gradebook.find_assignment(ASSIGNMENT)
+        cell_names = {c.id: c.name for nb in assignment.notebooks for c in nb.grade_cells}
+        students = {student.id: student for student in gradebook.students}
+        submissions = {s.student_id: s for s in gradebook.assignment_submissions(ASSIGNMENT)}
+        gone = []
         for outcome in outcomes:
-            gradebook.update_or_create_student(outcome.student_id)
-            try:
-                gradebook.remove_submission(ASSIGNMENT, outcome.student_id)
-            except MissingEntry:
-                pass
+            student = students.get(outcome.student_id)
+            if student is None:
+                student = students[outcome.student_id] = Student(id=outcome.student_id)
+                gradebook.db.add(student)
+            submission = submissions.get(outcome.student_id)
             notebook_file = course / "autograded" / outcome.student_id / ASSIGNMENT / NOTEBOOK_NAME
             if outcome.status not in REVIEWABLE or not notebook_file.exists():
+                if submission is not None:  # nothing left to review
+                    gone.append(outcome.student_id)
                 continue
-            gradebook.add_submission(ASSIGNMENT, outcome.student_id)
-            notebook = gradebook.find_submission_notebook(NOTEBOOK, ASSIGNMENT, outcome.student_id)
+            if submission is None:
+                submission = new_submission(gradebook, assignment, student)
             manual = {
                 o["column"]: float(o["value"])
                 for o in (overrides or {}).get(outcome.student_id, [])
             }
-            for grade in notebook.grades:
-                grade.auto_score = outcome.scores.get(grade.name, (0.0, 0.0))[0]
-                grade.manual_score = manual.get(grade.name)
-                grade.needs_manual_grade = outcome.status == "flagged"
-            gradebook.db.commit()
+            for notebook in submission.notebooks:
+                for grade in notebook.grades:
+                    name = cell_names.get(grade.cell_id)
+                    grade.auto_score = outcome.scores.get(name, (0.0, 0.0))[0]
+                    grade.manual_score = manual.get(name)
+                    grade.needs_manual_grade = outcome.status == "flagged"
+        gradebook.db.commit()
+        for student_id in gone:  # after the commit: each removal commits and expires the rest
+            gradebook.remove_submission(ASSIGNMENT, student_id)
         return len(gradebook.assignment_submissions(ASSIGNMENT))
+
+
+def new_submission(gradebook, assignment, student) -> SubmittedAssignment:
+    """nbgrader's `Gradebook.add_submission`, without its commit: every cell's row, empty."""
+    submission = SubmittedAssignment(assignment=assignment, student=student)
+    for notebook in assignment.notebooks:
+        submitted = SubmittedNotebook(notebook=notebook, assignment=submission)
+        for cell in notebook.grade_cells:
+            Grade(cell_id=cell.id, notebook=submitted)
+        for cell in notebook.solution_cells:
+            Comment(cell_id=cell.id, notebook=submitted)
+        for cell in notebook.task_cells:
+            Comment(cell_id=cell.id, notebook=submitted)
+            Grade(cell_id=cell.id, notebook=submitted)
+    gradebook.db.add(submission)
+    return submission
