@@ -391,3 +391,11 @@ def test_nbgraders_generate_feedback_shows_no_hidden_test_line(batch):
         shown = sorted(line for line in secret if line in text)
         assert not shown, f"{page.parts[-3]}'s nbgrader feedback shows hidden lines: {shown[:5]}"
         assert "HIDDEN TESTS" not in text
+
+
+def test_overrides_saved_by_a_chinese_excel_in_gbk_are_read(tmp_path):
+    path = tmp_path / "overrides.csv"
+    path.write_bytes("student_id,column,value,note\r\n张三,todo2,10.5,人工复核\r\n".encode("gbk"))
+    assert read_overrides(path, {"张三"}, ["todo2"]) == {
+        "张三": [{"column": "todo2", "value": "10.5", "note": "人工复核", "line": 2}]
+    }

@@ -13,7 +13,7 @@ Moodle (Grades > Import > CSV file): any columns, mapped in the import form; we 
 the grade item, and `Feedback` to its feedback (Moodle clears a grade's feedback when only the
 grade is imported, so both come together).
 
-The LMS's own ids come from a roster, ROSTER=roster.csv (UTF-8, a BOM allowed): header
+The LMS's own ids come from a roster, ROSTER=roster.csv (UTF-8, a BOM allowed, or Excel's GBK): header
 `student_id` (required), then `name`, `lms_user_id`, `email`, all optional. Without a roster,
 or for a student not in it, the files say the student_id only (Canvas's `SIS User ID`, Moodle's
 `ID number`), which matches only where those are the LMS's ids.
@@ -26,7 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from .nbsource import ASSIGNMENT, PARTS
-from .report import write_csv
+from .report import open_csv, write_csv
 
 ROSTER_COLUMNS = ["student_id", "name", "lms_user_id", "email"]
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", ASSIGNMENT]
@@ -41,7 +41,7 @@ def read_roster(path: Path | None) -> dict[str, dict]:
         raise SystemExit(
             f"error: roster {path} does not exist (ROSTER=<csv with a student_id column>)"
         )
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         if "student_id" not in (reader.fieldnames or []):
             raise SystemExit(

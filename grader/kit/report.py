@@ -23,6 +23,7 @@ higher column: an overridden `score` stays what the instructor wrote.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -154,7 +155,7 @@ def read_overrides(path: Path, students, columns: list[str]) -> dict[str, list[d
     allowed -= set(TRAILING_COLUMNS) | {"late", "source"}
     found: dict[str, list[dict]] = {}
     seen: dict[tuple[str, str], int] = {}
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         missing = [
             c for c in ("student_id", "column", "value") if c not in (reader.fieldnames or [])
@@ -224,9 +225,28 @@ def read_grades(path: Path) -> tuple[list[str], dict[str, dict]]:
     """(header, rows by student) of an existing grades.csv; the BOM is optional."""
     if not path.exists():
         return [], {}
-    with path.open(newline="", encoding="utf-8-sig") as handle:
+    with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         return list(reader.fieldnames or []), {row["student_id"]: row for row in reader}
+
+
+def open_csv(path: Path) -> io.StringIO:
+    """A CSV file the instructor may have saved from Excel: UTF-8 (a BOM or not), else GBK.
+
+    Excel on a Chinese-locale Windows saves "CSV (逗号分隔)" in GBK; GB 18030 reads it.
+    """
+    data = path.read_bytes()
+    try:
+        return io.StringIO(data.decode("utf-8-sig"), newline="")
+    except UnicodeDecodeError:
+        pass
+    try:
+        return io.StringIO(data.decode("gb18030"), newline="")
+    except UnicodeDecodeError as error:
+        raise SystemExit(
+            f"error: {path} is neither UTF-8 nor GBK (byte {error.start}); save it as "
+            '"CSV UTF-8" and run again (nothing was graded)'
+        ) from None
 
 
 def write_grades(
