@@ -4,6 +4,7 @@ VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 SUBMISSIONS ?=
+ROSTER      ?=
 REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -47,7 +48,7 @@ examples: $(STAMP) sandbox build/grading-course/gradebook.db
 
 autograde: $(STAMP) sandbox build/grading-course/gradebook.db
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder of .ipynb files> [REPORT=<folder>]" >&2; exit 2; }
-	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS)
+	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) $(if $(ROSTER),--roster "$(ROSTER)")
 
 test: $(STAMP) sandbox
 	$(PY) -m pytest -q tests

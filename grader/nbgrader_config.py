@@ -15,9 +15,32 @@ c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
 
 # The kit writes its own feedback pages (grader/kit/feedback.py). For an instructor who runs
-# nbgrader's `generate_feedback` on a course anyway: it must never show hidden tests (its default does).
+# nbgrader's `generate_feedback` (or formgrader's feedback button) on a course anyway: it must never
+# show hidden tests. ClearHiddenTests removes them from the cells' source, but nbgrader's default
+# list leaves it out, and it cannot reach the outputs: a failed grade cell's traceback quotes the
+# hidden lines around the failing assert (the reference oracle included). StripGradeTracebacks
+# keeps only `ErrorName: message` of a grade cell's error. This holds only when nbgrader reads this
+# file: run `nbgrader generate_feedback` from the course folder that holds it.
+from nbconvert.preprocessors import Preprocessor  # noqa: E402
+from traitlets import Bool  # noqa: E402
+
+
+class StripGradeTracebacks(Preprocessor):
+    """Reduce every grade cell's error output to its last line: no quoted test source."""
+
+    enabled = Bool(True)  # nbconvert's preprocessors are off unless enabled
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    output["traceback"] = [f"{output.get('ename', '')}: {output.get('evalue', '')}"]
+        return cell, resources
+
+
 c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    StripGradeTracebacks,
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]

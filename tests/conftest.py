@@ -74,7 +74,7 @@ def autograde(submissions_dir, report_dir, course, jobs=2, extra=(), env=None):
     )
     rows = {}
     if (report_dir / "grades.csv").exists():
-        with open(report_dir / "grades.csv", newline="", encoding="utf-8") as handle:
+        with open(report_dir / "grades.csv", newline="", encoding="utf-8-sig") as handle:
             rows = {row["student_id"]: row for row in csv.DictReader(handle)}
     return run, rows
 

@@ -6,7 +6,7 @@ import sys
 import nbformat
 import pytest
 
-from grader.kit.nbsource import REPO_ROOT
+from grader.kit.nbsource import PARTS, REPO_ROOT, part_of, todo_number
 from grader.kit.report import grade_columns
 from grader.kit.submissions import filled_submission
 from tests.conftest import all_mistakes, autograde, read_nb
@@ -24,7 +24,8 @@ def test_reference_solution_scores_full_marks_on_every_cell(graded_batch):
     assert row["status"] == "graded"
     for grade_id, points in grade_ids(graded_batch).items():
         assert float(row[grade_id]) == points, f"{grade_id}: {row[grade_id]}/{points}"
-    assert float(row["score"]) == float(row["max_score"]) == sum(grade_ids(graded_batch).values())
+    counted = sum(p for g, p in grade_ids(graded_batch).items() if part_of(g).counted)
+    assert float(row["score"]) == float(row["max_score"]) == counted
 
 
 def test_untouched_release_scores_zero_without_crashing_the_grader(graded_batch):
@@ -59,12 +60,15 @@ def test_mistake_loses_points_exactly_on_the_todo_it_breaks(graded_batch, mistak
 def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
     header = (
         (graded_batch["report"] / "grades.csv")
-        .read_text(encoding="utf-8")
+        .read_text(encoding="utf-8-sig")
         .splitlines()[0]
         .split(",")
     )
+    cells = list(grade_ids(graded_batch))
+    todos = [f"todo{n}" for n in sorted({todo_number(g) for g in cells})]
     assert header[:4] == ["student_id", "score", "max_score", "status"]
-    assert header[4:-2] == list(grade_ids(graded_batch)) and header[-2:] == ["reason", "repairs"]
+    assert header[4:7] == [part.key for part in PARTS]
+    assert header[7:-2] == todos + cells and header[-2:] == ["reason", "repairs"]
     assert len(graded_batch["rows"]) == len(MISTAKES) + 2
 
 

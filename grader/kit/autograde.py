@@ -13,7 +13,9 @@ floods becomes a row with its status, never a crash and never a stale grade.
 Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submission.
 
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
-not in this batch) and REPORT/feedback/<student_id>.html (hidden tests never shown).
+not in this batch; REPORT/overrides.csv applied) and REPORT/feedback/<student_id>.html (hidden
+tests never shown), REPORT/summary.html, REPORT/canvas.csv and moodle.csv (`lms.py`), and the
+nbgrader course REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import cgroups, feedback, integrity, reaper, report
+from . import cgroups, feedback, formgrader, integrity, lms, reaper, report, summary
 from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
 from .grade_one import Limits, grade_in_child, sandbox_available, warm_up
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
@@ -61,6 +63,7 @@ def grade_all(
     sandbox: bool = True,
     cgroup_bases: dict | None = None,
     progress=sys.stderr,
+    roster: Path | None = None,
 ) -> list[Outcome]:
     """Grade `submissions` (paths to .ipynb files) into `report_dir`; return one outcome each, sorted by id.
 
@@ -73,6 +76,16 @@ def grade_all(
     release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "feedback").mkdir(exist_ok=True)
+    # Everything the instructor wrote is checked before anything is graded.
+    columns = report.grade_columns(release)
+    header, previous = report.read_grades(report_dir / "grades.csv")
+    overrides = report.read_overrides(
+        report_dir / "overrides.csv",
+        set(previous) | {path.stem for path in submissions},
+        report.kit_columns(columns) + header,
+    )
+    people = lms.read_roster(roster)
+    formgrader.ensure_course(report_dir, course, progress)
     work_root = kernel_tempdir("ch34-grading-", below="/0000/runtime/kernel-99999")
     outcomes, running, queue = [], {}, list(enumerate(submissions))
     start = time.monotonic()
@@ -86,7 +99,8 @@ def grade_all(
     caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
     def record(outcome: Outcome, workdir: Path) -> None:
-        finish(outcome, workdir, report_dir)
+        formgrader.keep_notebook(report_dir, outcome.student_id, outcome.autograded)
+        finish(outcome, workdir, report_dir, overrides.get(outcome.student_id, ()))
         outcomes.append(outcome)
         print(
             progress_line(outcome, len(outcomes), len(submissions), start),
@@ -140,8 +154,24 @@ def grade_all(
         reaper.adopt_orphans(False)
         shutil.rmtree(work_root, ignore_errors=True)
     outcomes.sort(key=lambda o: o.student_id)
-    report.write_grades(report_dir / "grades.csv", outcomes, report.grade_columns(release))
+    rows = report.write_grades(report_dir / "grades.csv", outcomes, columns, overrides)
+    write_reports(report_dir, outcomes, rows, columns, overrides, people, progress)
     return outcomes
+
+
+def write_reports(report_dir: Path, outcomes, rows, columns, overrides, people, progress) -> None:
+    """After grades.csv: the class summary, the LMS files and the nbgrader course's gradebook."""
+    warning = report.max_score_warning(rows)
+    report.warn(warning, progress)
+    summary.write_summary(report_dir / "summary.html", rows, columns, [warning] if warning else [])
+    for line in lms.write_lms_files(report_dir, rows, people):
+        print(line, file=progress)
+    held = formgrader.record(report_dir, outcomes, overrides)
+    print(
+        f"nbgrader course {formgrader.course_dir(report_dir)}: {held} graded submissions "
+        "(`nbgrader formgrader` / `nbgrader export` there)",
+        file=progress,
+    )
 
 
 def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -> Outcome | None:
@@ -226,8 +256,8 @@ def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
     return "grader_error", f"nbgrader could not grade this notebook: {last[0][:200]}"
 
 
-def finish(outcome: Outcome, workdir: Path, report_dir: Path) -> None:
-    """Write the submission's feedback page and clean its working copy."""
+def finish(outcome: Outcome, workdir: Path, report_dir: Path, overrides=()) -> None:
+    """Write the submission's feedback page (with the instructor's `overrides`); clean its working copy."""
     page = report_dir / "feedback" / f"{outcome.student_id}.html"
     if outcome.autograded and Path(outcome.autograded).exists():
         autograded = nbformat.read(outcome.autograded, as_version=4)
@@ -238,10 +268,11 @@ def finish(outcome: Outcome, workdir: Path, report_dir: Path) -> None:
             status=outcome.status,
             reason=outcome.reason,
             repairs=outcome.repairs,
+            overrides=overrides,
         )
     else:
         text = feedback.failure_page(
-            outcome.student_id, outcome.status, outcome.reason, outcome.repairs
+            outcome.student_id, outcome.status, outcome.reason, outcome.repairs, overrides=overrides
         )
     page.write_text(text, encoding="utf-8")
     shutil.rmtree(workdir, ignore_errors=True)
@@ -271,6 +302,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--course", type=Path, default=REPO_ROOT / GRADING_COURSE)
     parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap")
+    parser.add_argument(
+        "--roster", type=Path, help="csv: student_id[,name,lms_user_id,email] for the LMS files"
+    )
     parser.add_argument(
         "--cell-timeout", type=int, default=Limits.cell_timeout_s, help="seconds per cell"
     )
@@ -323,6 +357,7 @@ def main(argv=None) -> int:
         limits=limits,
         sandbox=sandbox,
         cgroup_bases=cgroup_bases,
+        roster=args.roster,
     )
     print(report.summary_table(outcomes))
     print(

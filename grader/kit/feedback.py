@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import re
 
-from .nbsource import nbgrader_meta, strip_hidden_tests
+from .nbsource import PARTS, nbgrader_meta, strip_hidden_tests
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 STYLE = """
@@ -26,12 +26,19 @@ table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: .
 
 
 def render(
-    student_id: str, nb, scores: dict, *, status: str = "graded", reason: str = "", repairs=()
+    student_id: str,
+    nb,
+    scores: dict,
+    *,
+    status: str = "graded",
+    reason: str = "",
+    repairs=(),
+    overrides=(),
 ) -> str:
     """The feedback page. `scores` maps grade_id to (score, max_score); `nb` is the autograded notebook."""
     total = sum(score for score, _ in scores.values())
     maximum = sum(points for _, points in scores.values())
-    parts = [f"<h1>{esc(student_id)}：{total:g} / {maximum:g}</h1>"]
+    parts = [f"<h1>{esc(student_id)}：{total:g} / {maximum:g}</h1>", overrides_section(overrides)]
     if status != "graded":
         parts.append(f"<p class=fail><b>{esc(status)}</b>：{esc(reason)}</p>")
     parts.append(summary_table(scores))
@@ -46,16 +53,36 @@ def render(
     return page(student_id, "\n".join(parts))
 
 
-def failure_page(student_id: str, status: str, reason: str, repairs=()) -> str:
+def failure_page(student_id: str, status: str, reason: str, repairs=(), *, overrides=()) -> str:
     """The page for a submission nbgrader could not grade: what happened and what to fix."""
     parts = [
         f"<h1>{esc(student_id)}：未能自动评分（{esc(status)}）</h1>",
         f"<p>得分 0。原因：{esc(reason)}</p>",
+        overrides_section(overrides),
     ]
     if repairs:
         parts.append(f"<p>评分前做过的修复：</p>{bullets(repairs)}")
     parts.append("<p>请按原因修改后重新下载 notebook（文件 → 下载 → .ipynb）再提交。</p>")
     return page(f"{student_id}: {status}", "\n".join(parts))
+
+
+def overrides_section(overrides) -> str:
+    """The instructor's adjustments (dicts with column, value, note), or '' when there are none."""
+    if not overrides:
+        return ""
+    names = {"score": "总分"} | {part.key: part.title for part in PARTS}
+    todos = [o["column"] for o in overrides if re.fullmatch(r"todo\d+", o["column"])]
+    names |= {column: f"TODO {column[4:]}" for column in todos}
+    rows = "".join(
+        f"<tr><td>{esc(names.get(o['column'], o['column']))}</td>"
+        f"<td>{esc(o['value'])}</td><td>{esc(o.get('note', ''))}</td></tr>"
+        for o in overrides
+    )
+    return (
+        "<h2>老师的调整</h2><p>以下分数由老师手动设定，以此为准：</p>"
+        '<table style="margin-bottom:1em"><tr><th>项目</th><th>分数</th><th>说明</th></tr>'
+        f"{rows}</table>"
+    )
 
 
 def page(title: str, body: str) -> str:
