@@ -8,7 +8,7 @@ from pathlib import Path
 from .nbsource import nbgrader_meta
 from .normalize import repairs_summary
 
-FIXED_COLUMNS = ["student_id", "score", "max_score", "status"]
+FIXED_COLUMNS = ["student_id", "score", "max_score", "status", "late", "source"]
 TRAILING_COLUMNS = ["reason", "repairs"]
 
 
@@ -38,6 +38,8 @@ def write_grades(path: Path, outcomes, columns: list[tuple[str, float]]) -> None
             "score": fmt(sum(score for score, _ in outcome.scores.values())),
             "max_score": fmt(max_score),
             "status": outcome.status,
+            "late": "yes" if outcome.late else "no",
+            "source": outcome.source,
             "reason": outcome.reason,
             "repairs": repairs_summary(outcome.repairs),
         }
