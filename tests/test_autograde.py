@@ -63,8 +63,8 @@ def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
         .splitlines()[0]
         .split(",")
     )
-    assert header[:4] == ["student_id", "score", "max_score", "status"]
-    assert header[4:-2] == list(grade_ids(graded_batch)) and header[-2:] == ["reason", "repairs"]
+    assert header[:6] == ["student_id", "score", "max_score", "status", "late", "source"]
+    assert header[6:-2] == list(grade_ids(graded_batch)) and header[-2:] == ["reason", "repairs"]
     assert len(graded_batch["rows"]) == len(MISTAKES) + 2
 
 
