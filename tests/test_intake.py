@@ -64,6 +64,8 @@ def found(intake):
         ("Zhang San_12345_assignsubmission_file_ch34_prefix_cache.ipynb", "12345", False, "Moodle"),
         ("Participant_88_assignsubmission_file_/x/ch34_prefix_cache.ipynb", "88", False, "Moodle"),
         ("lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
+        ("lisi_LATE_123457_7890124_work/ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
+        ("Wang Wu_12347_assignsubmission_file_/work/2023001.ipynb", "12347", False, "Moodle"),
         ("zhangsan_123456_7890123_ch34_prefix_cache-1.ipynb", "123456", False, "Canvas"),
         (
             "ch34_prefix_cache_2023001_attempt_2026-11-30-10-15-00_ch34_prefix_cache.ipynb",
@@ -149,6 +151,15 @@ def test_without_a_roster_lms_files_are_keyed_by_the_lms_number(tmp_path):
     write(tmp_path, "lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb")
     with discover(tmp_path) as intake:
         assert sorted(s.student_id for s in intake.submissions) == ["123457", "12347"]
+        assert "2 Moodle/Canvas file(s) are keyed by the LMS's user number" in intake.warnings()
+
+
+def test_an_lms_number_is_never_read_as_another_students_id(tmp_path):
+    roster = write(tmp_path, "roster.csv", "student_id,name\n12347,Someone Else\n2023007,Wang Wu\n")
+    write(tmp_path, "export/Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb")
+    with discover(tmp_path / "export", roster=roster) as intake:
+        assert [s.student_id for s in intake.submissions] == ["2023007"]
+        assert intake.warnings() == ""
 
 
 def test_debris_and_other_files_are_listed_with_why(tmp_path):

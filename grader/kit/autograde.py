@@ -336,6 +336,8 @@ def grade_intake(intake, args, limits: Limits) -> int:
     submissions = intake.submissions
     if intake.skipped:
         print(intake.not_graded(), file=sys.stderr)
+    if intake.warnings():
+        print(intake.warnings(), file=sys.stderr)
     if not submissions:
         intake.write_csv(args.report / "intake.csv")
         print(f"error: no .ipynb files in {args.submissions}", file=sys.stderr)

@@ -48,6 +48,7 @@ from .nbsource import ASSIGNMENT
 DEBRIS_DIRS = {"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".git"}
 DEBRIS_FILES = {".ds_store", "thumbs.db", "desktop.ini"}
 MAX_ZIP_DEPTH = 3
+LMS_NUMBERED = {"Moodle", "Canvas"}  # layouts whose key is the LMS's own user number
 
 
 class IntakeError(Exception):
@@ -84,6 +85,7 @@ class Intake:
     submissions: list[Submission]
     skipped: list[Skipped]
     scratch: Path  # where zips were extracted
+    keyed_by_lms_number: int = 0  # Moodle/Canvas submissions named without a roster
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -104,6 +106,16 @@ class Intake:
             lines += [f"  {s.source}: {s.why}" for s in debris]
         head = f"not graded: {len(self.skipped)} file(s)"
         return "\n".join([head + (":" if lines else ""), *lines])
+
+    def warnings(self) -> str:
+        """Lines for the instructor about what was graded under a guessed or fallback id."""
+        lines = [f"  {s.source}: {s.note}" for s in self.submissions if s.note]
+        if self.keyed_by_lms_number:
+            lines.append(
+                f"  {self.keyed_by_lms_number} Moodle/Canvas file(s) are keyed by the LMS's user "
+                "number: pass ROSTER=roster.csv (student_id,name,lms_user_id) to use student ids"
+            )
+        return "\n".join(["note:", *lines]) if lines else ""
 
     def write_csv(self, path: Path, statuses: dict[str, str] | None = None) -> None:
         """Every input file, one row: file, student_id, outcome, why (UTF-8 with a BOM, for Excel).
@@ -246,9 +258,12 @@ class Roster:
                 seen[value] = line
         return cls(rows)
 
-    def find(self, key: str, names=()) -> str | None:
-        """The student_id for an LMS number or id `key`, else for a name, login or email."""
-        for column in ("lms_user_id", "student_id"):
+    def find(self, key: str, names=(), *, lms: bool = False) -> str | None:
+        """The student_id for `key` (an LMS's user number when `lms`), else for a name or login.
+
+        A name that two students share maps to no one.
+        """
+        for column in ("lms_user_id",) if lms else ("student_id", "lms_user_id"):
             hits = [row["student_id"] for row in self.rows if row.get(column) == key]
             if hits:
                 return hits[0]
@@ -304,50 +319,45 @@ def _builtin(parts: tuple[str, ...], stem: str) -> dict:
             return {**result, "student_id": folders[at + 1], "layout": "nbgrader"}
     if len(folders) >= 2 and folders[-1] == ASSIGNMENT:
         return {**result, "student_id": folders[-2], "layout": "nbgrader"}
-    for folder in reversed(folders):
-        found = MOODLE_FOLDER.match(folder)
+    # An LMS names the file, or a folder above it: Moodle's per-student folders, or a zip a
+    # student handed in (a zip stands for a folder of its own name).
+    for depth, name in enumerate((stem, *reversed(folders))):
+        found = _lms_name(name, is_folder=depth > 0)
         if found:
-            names = (found["name"],)
-            return {**result, "student_id": found["lms_id"], "names": names, "layout": "Moodle"}
-    found = MOODLE_FILE.match(stem)
-    if found:
-        names, file_id = (found["name"],), found["file_id"] + ".ipynb"
-        return {
-            **result,
-            "student_id": found["lms_id"],
-            "file_id": file_id,
-            "names": names,
-            "layout": "Moodle",
-        }
-    found = CANVAS.match(stem)
-    if found:
-        renamed = CANVAS_RENAMED.search(found["file_id"])
-        return {
-            **result,
-            "student_id": found["lms_id"],
-            "file_id": found["file_id"] + ".ipynb",
-            "names": (found["name"],),
-            "late": bool(found["late"]),
-            "copy": int(renamed["n"]) if renamed else 0,
-            "layout": "Canvas",
-        }
-    found = BLACKBOARD.match(stem)
-    if found:
-        when = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S")
-        file_id = (found["file_id"] or ASSIGNMENT) + ".ipynb"
-        return {
-            **result,
-            "student_id": found["user"],
-            "file_id": file_id,
-            "timestamp": when,
-            "layout": "Blackboard",
-        }
+            return {**result, **found}
     if folders and _simplified(base) in (
         _simplified(ASSIGNMENT),
         "copyof" + _simplified(ASSIGNMENT),
     ):
         return {**result, "student_id": folders[-1], "layout": "per-student folder"}
     return {**result, "student_id": base, "layout": "plain"}
+
+
+def _lms_name(name: str, is_folder: bool) -> dict | None:
+    """What a Moodle, Canvas or Blackboard name says, or None; `file_id` only for a file."""
+    found = is_folder and MOODLE_FOLDER.match(name)
+    if found:
+        return {"student_id": found["lms_id"], "names": (found["name"],), "layout": "Moodle"}
+    found = MOODLE_FILE.match(name)
+    if found:
+        said = {"student_id": found["lms_id"], "names": (found["name"],), "layout": "Moodle"}
+    elif found := CANVAS.match(name):
+        renamed = CANVAS_RENAMED.search(found["file_id"])
+        said = {
+            "student_id": found["lms_id"],
+            "names": (found["name"],),
+            "late": bool(found["late"]),
+            "copy": int(renamed["n"]) if renamed else 0,
+            "layout": "Canvas",
+        }
+    elif found := BLACKBOARD.match(name):
+        when = datetime.strptime(found["timestamp"], "%Y-%m-%d-%H-%M-%S")
+        said = {"student_id": found["user"], "timestamp": when, "layout": "Blackboard"}
+    else:
+        return None
+    if not is_folder:
+        said["file_id"] = (found["file_id"] or ASSIGNMENT) + ".ipynb"
+    return said
 
 
 def _walk(folder, parts, prefix, intake, found, collector, depth) -> None:
@@ -398,10 +408,13 @@ def _choose(found, roster: Roster | None, intake: Intake) -> None:
     for path, source, info in found:
         student_id, note = info["student_id"], ""
         if roster is not None:
-            known = roster.find(student_id, info["names"])
+            lms = info["layout"] in LMS_NUMBERED
+            known = roster.find(student_id, info["names"], lms=lms)
             if known is None:
                 note = f"not on the roster: graded as {student_id!r}"
             student_id = known or student_id
+        elif info["layout"] in LMS_NUMBERED:
+            intake.keyed_by_lms_number += 1
         when = info["timestamp"]
         if isinstance(when, str):
             try:
