@@ -16,7 +16,7 @@ layouts; a file name is matched by the first rule that fits:
   Blackboard     <assignment>_<username>_attempt_<yyyy-mm-dd-hh-mm-ss>[_<file>]
   per student    <student_id>/<notebook>.ipynb (also <student_id>.zip holding the notebook)
   plain          <student_id>.ipynb
-A roster (CSV: student_id, and optional name, lms_user_id, email) maps an LMS user id, a login,
+A roster (`roster.py`: student_id, and optional name, lms_user_id, email) maps an LMS user id, a login,
 a name or an email found in a file name to the roster's student_id. Without one, Moodle and
 Canvas files are keyed by the LMS's own number (unique, and what their gradebook imports match).
 
@@ -44,6 +44,7 @@ from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from nbgrader.utils import parse_utc
 
 from .nbsource import ASSIGNMENT
+from .roster import Roster, RosterError, simplified
 
 DEBRIS_DIRS = {"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".git"}
 DEBRIS_FILES = {".ds_store", "thumbs.db", "desktop.ini"}
@@ -148,7 +149,10 @@ def discover(path, roster=None, pattern: str | None = None) -> Intake:
         raise IntakeError(
             f"{path} does not exist: pass SUBMISSIONS=<folder or .zip of the downloaded submissions>"
         )
-    table = Roster.read(Path(roster)) if roster else None
+    try:
+        table = Roster.read(Path(roster)) if roster else None
+    except RosterError as error:
+        raise IntakeError(str(error)) from None
     collector = ExportCollector(pattern)
     intake = Intake([], [], Path(tempfile.mkdtemp(prefix="ch34-intake-")))
     try:
@@ -221,70 +225,6 @@ class ExportCollector(FileNameCollectorPlugin):
         return _builtin(parts, stem)
 
 
-@dataclass
-class Roster:
-    """The course's students: student_id, and optionally name, lms_user_id and email."""
-
-    rows: list[dict]
-
-    @classmethod
-    def read(cls, path: Path) -> Roster:
-        """Read a roster CSV (UTF-8, with or without Excel's BOM); IntakeError says what is wrong."""
-        try:
-            with path.open(newline="", encoding="utf-8-sig") as handle:
-                reader = csv.DictReader(handle)
-                header = [(h or "").strip().lower() for h in reader.fieldnames or []]
-                if "student_id" not in header:
-                    raise IntakeError(
-                        f"roster {path} has no student_id column (its header is {header}): the "
-                        "first line must name the columns, e.g. student_id,name,lms_user_id,email"
-                    )
-                reader.fieldnames = header
-                rows = [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
-        except FileNotFoundError:
-            raise IntakeError(f"roster {path} does not exist: check ROSTER=") from None
-        except UnicodeDecodeError:
-            raise IntakeError(f"roster {path} is not UTF-8: save it as CSV UTF-8") from None
-        for key in ("student_id", "lms_user_id"):
-            seen = {}
-            for line, row in enumerate(rows, start=2):
-                value = row.get(key, "")
-                if key == "student_id" and not value:
-                    raise IntakeError(f"roster {path}, line {line}: the student_id is empty")
-                if value and value in seen:
-                    raise IntakeError(
-                        f"roster {path}: {key} {value!r} appears on lines {seen[value]} and {line}"
-                    )
-                seen[value] = line
-        return cls(rows)
-
-    def find(self, key: str, names=(), *, lms: bool = False) -> str | None:
-        """The student_id for `key` (an LMS's user number when `lms`), else for a name or login.
-
-        A name that two students share maps to no one.
-        """
-        for column in ("lms_user_id",) if lms else ("student_id", "lms_user_id"):
-            hits = [row["student_id"] for row in self.rows if row.get(column) == key]
-            if hits:
-                return hits[0]
-        for token in (key, *names):
-            wanted = _simplified(token)
-            hits = {
-                row["student_id"]
-                for row in self.rows
-                if wanted
-                and wanted
-                in (
-                    _simplified(row.get("name", "")),
-                    _simplified(row.get("email", "")),
-                    _simplified(row.get("email", "").split("@")[0]),
-                )
-            }
-            if len(hits) == 1:  # two students of one name: no guess
-                return hits.pop()
-        return None
-
-
 # The built-in layouts. Names are matched on the file's stem (no .ipynb) or on a folder's name.
 MOODLE_FOLDER = re.compile(r"^(?P<name>.*)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_$")
 MOODLE_FILE = re.compile(r"^(?P<name>.*)_(?P<lms_id>\d+)_assignsubmission_[a-z]+_(?P<file_id>.+)$")
@@ -325,9 +265,9 @@ def _builtin(parts: tuple[str, ...], stem: str) -> dict:
         found = _lms_name(name, is_folder=depth > 0)
         if found:
             return {**result, **found}
-    if folders and _simplified(base) in (
-        _simplified(ASSIGNMENT),
-        "copyof" + _simplified(ASSIGNMENT),
+    if folders and simplified(base) in (
+        simplified(ASSIGNMENT),
+        "copyof" + simplified(ASSIGNMENT),
     ):
         return {**result, "student_id": folders[-1], "layout": "per-student folder"}
     return {**result, "student_id": base, "layout": "plain"}
@@ -466,8 +406,3 @@ def _zip_name(info: zipfile.ZipInfo) -> str:
         except UnicodeDecodeError:
             pass
     return info.filename
-
-
-def _simplified(text: str) -> str:
-    """Case, spaces and punctuation dropped: "Zhang San" and "zhangsan" compare equal."""
-    return "".join(ch for ch in text.casefold() if ch.isalnum())
