@@ -70,7 +70,7 @@ def grade_all(
     cgroup_bases: dict | None = None,
     progress=sys.stderr,
 ) -> list[Outcome]:
-    """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, sorted by id.
+    """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, by id.
 
     nbgrader never sees a student's id (it reads `[...]` in one as a glob): each submission is
     graded as `s<index>` in its own working copy, and its Outcome carries the real id.
@@ -158,7 +158,7 @@ def grade_all(
 
 
 def internal_id(index: int) -> str:
-    """The id nbgrader grades a submission under: safe for its globs and paths, whatever the learner's."""
+    """The id nbgrader grades a submission under: safe in its globs and paths, unlike a learner's."""
     return f"s{index:04d}"
 
 

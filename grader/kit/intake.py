@@ -12,13 +12,14 @@ layouts; a file name is matched by the first rule that fits:
   nbgrader       submitted/<student_id>/<assignment>/<notebook>.ipynb
   Moodle         Full Name_<participant id>_assignsubmission_file_/<file>, or the same prefix on
                  the file itself when "download submissions in folders" is off
-  Canvas         <name>[_LATE]_<user id>_<submission id>_<file>  (LATE: handed in after the due date)
+  Canvas         <name>[_LATE]_<user id>_<submission id>_<file>  (LATE: after the due date)
   Blackboard     <assignment>_<username>_attempt_<yyyy-mm-dd-hh-mm-ss>[_<file>]
   per student    <student_id>/<notebook>.ipynb (also <student_id>.zip holding the notebook)
   plain          <student_id>.ipynb
-A roster (`roster.py`: student_id, and optional name, lms_user_id, email) maps an LMS user id, a login,
-a name or an email found in a file name to the roster's student_id. Without one, Moodle and
-Canvas files are keyed by the LMS's own number (unique, and what their gradebook imports match).
+A roster (`roster.py`: student_id, and optional name, lms_user_id, email) maps an LMS user
+id, a login, a name or an email found in a file name to the roster's student_id. Without one,
+Moodle and Canvas files are keyed by the LMS's own number (unique, and what their gradebook
+imports match).
 
 Duplicates: the newest notebook per student is graded (by the timestamp in the name where the
 export gives one, else the file's modification time, else the copy suffix: "x (2)" after
@@ -147,7 +148,8 @@ def discover(path, roster=None, pattern: str | None = None) -> Intake:
     path = Path(path)
     if not path.exists():
         raise IntakeError(
-            f"{path} does not exist: pass SUBMISSIONS=<folder or .zip of the downloaded submissions>"
+            f"{path} does not exist: "
+            "pass SUBMISSIONS=<folder or .zip of the downloaded submissions>"
         )
     try:
         table = Roster.read(Path(roster)) if roster else None

@@ -27,7 +27,7 @@ class Roster:
 
     @classmethod
     def read(cls, path: Path) -> Roster:
-        """Read a roster CSV (UTF-8, with or without Excel's BOM); RosterError says what is wrong."""
+        """Read a roster CSV (UTF-8, BOM or not); a RosterError says what is wrong."""
         try:
             with path.open(newline="", encoding="utf-8-sig") as handle:
                 reader = csv.DictReader(handle)
