@@ -5,6 +5,8 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 SUBMISSIONS ?=
 ROSTER      ?=
+# A regex is passed through the environment untouched: make and the shell expand no `$` in it.
+export CH34_NAME_PATTERN := $(value NAME_PATTERN)
 REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
@@ -47,8 +49,9 @@ examples: $(STAMP) sandbox build/grading-course/gradebook.db
 	$(PY) -m grader.kit.autograde build/examples --report build/examples-report --jobs $(JOBS)
 
 autograde: $(STAMP) sandbox build/grading-course/gradebook.db
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder of .ipynb files> [REPORT=<folder>]" >&2; exit 2; }
-	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) $(if $(ROSTER),--roster "$(ROSTER)")
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>]" >&2; exit 2; }
+	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) \
+	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 test: $(STAMP) sandbox
 	$(PY) -m pytest -q tests

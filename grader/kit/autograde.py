@@ -1,8 +1,11 @@
 """Grade every downloaded submission with the real nbgrader, each in its own sandboxed course.
 
-    python -m grader.kit.autograde SUBMISSIONS [--report DIR] [--jobs N]
+    python -m grader.kit.autograde SUBMISSIONS [--report DIR] [--jobs N] [--roster CSV]
+                                   [--name-pattern REGEX]
 
-SUBMISSIONS holds `<student_id>.ipynb` files as students download them. For each one the
+SUBMISSIONS is a folder or a .zip: an LMS export (Moodle, Canvas, Blackboard), nbgrader's
+submitted/ tree or plain `<student_id>.ipynb` files (`intake.py` finds them, names the
+students and lists every file it does not grade, with why). For each submission the
 grader normalises the notebook against the release (`normalize.py`), copies the grading
 course (`build/grading-course`: config, source, gradebook) into a fresh working directory,
 and runs nbgrader's own `autograde` there, in a forked process (`grade_one.py`), with
@@ -13,9 +16,10 @@ floods becomes a row with its status, never a crash and never a stale grade.
 Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submission.
 
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
-not in this batch; REPORT/overrides.csv applied) and REPORT/feedback/<student_id>.html (hidden
-tests never shown), REPORT/summary.html, REPORT/canvas.csv and moodle.csv (`lms.py`), and the
-nbgrader course REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
+not in this batch; REPORT/overrides.csv applied), REPORT/feedback/<student_id>.html (hidden
+tests never shown), REPORT/intake.csv (every input file: graded, or why not),
+REPORT/summary.html, REPORT/canvas.csv and moodle.csv (`lms.py`), and the nbgrader course
+REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import nbformat
 from . import cgroups, feedback, formgrader, integrity, lms, reaper, report, summary
 from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
 from .grade_one import Limits, grade_in_child, sandbox_available, warm_up
+from .intake import IntakeError, Submission, discover
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
 from .normalize import Ungradable, normalize_submission
 
@@ -51,10 +56,13 @@ class Outcome:
     repairs: list = field(default_factory=list)
     seconds: float = 0.0
     autograded: str = ""  # nbgrader's autograded notebook, while it is still in the working copy
+    late: bool = False  # the export marks the submission late (Canvas's LATE, a NAME_PATTERN)
+    source: str = ""  # the input file as named in the export
+    superseded: list = field(default_factory=list)  # older copies of this student's notebook
 
 
 def grade_all(
-    submissions: list[Path],
+    submissions: list[Submission],
     report_dir: Path,
     *,
     course: Path,
@@ -65,7 +73,10 @@ def grade_all(
     progress=sys.stderr,
     roster: Path | None = None,
 ) -> list[Outcome]:
-    """Grade `submissions` (paths to .ipynb files) into `report_dir`; return one outcome each, sorted by id.
+    """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, sorted by id.
+
+    nbgrader never sees a student's id (it reads `[...]` in one as a glob): each submission is
+    graded as `s<index>` in its own working copy, and its Outcome carries the real id.
 
     `cgroup_bases` is what `cgroups.available()` found (looked up here when None): the caller
     that announced the limits passes what it announced.
@@ -81,7 +92,7 @@ def grade_all(
     header, previous = report.read_grades(report_dir / "grades.csv")
     overrides = report.read_overrides(
         report_dir / "overrides.csv",
-        set(previous) | {path.stem for path in submissions},
+        set(previous) | {s.student_id for s in submissions},
         report.kit_columns(columns) + header,
     )
     people = lms.read_roster(roster)
@@ -98,7 +109,9 @@ def grade_all(
     bases = cgroups.available() if cgroup_bases is None else cgroup_bases
     caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
-    def record(outcome: Outcome, workdir: Path) -> None:
+    def record(outcome: Outcome, workdir: Path, submission: Submission) -> None:
+        outcome.student_id, outcome.late = submission.student_id, submission.late
+        outcome.source, outcome.superseded = submission.source, list(submission.superseded)
         formgrader.keep_notebook(report_dir, outcome.student_id, outcome.autograded)
         finish(outcome, workdir, report_dir, overrides.get(outcome.student_id, ()))
         outcomes.append(outcome)
@@ -111,12 +124,12 @@ def grade_all(
     try:
         while queue or running:
             while queue and len(running) < jobs:
-                index, path = queue.pop(0)
-                student_id = path.stem
+                index, submission = queue.pop(0)
+                student_id = internal_id(index)
                 workdir = work_root / f"{index:04d}"
-                outcome = prepare(path, student_id, release, course, workdir)
+                outcome = prepare(submission.path, student_id, release, course, workdir)
                 if outcome is not None:  # could not even be normalised: no kernel needed
-                    record(outcome, workdir)
+                    record(outcome, workdir, submission)
                     continue
                 groups = cgroups.make_groups(bases, f"ch34-{os.getpid()}-{index:04d}", caps)
                 proc = context.Process(
@@ -124,15 +137,15 @@ def grade_all(
                     args=(workdir, student_id, limits, sandbox, threads, groups),
                 )
                 proc.start()
-                running[proc] = (student_id, workdir, time.monotonic(), groups)
+                running[proc] = (index, submission, workdir, time.monotonic(), groups)
             # Wake as soon as a grader exits (its slot refills at once), or at the next deadline.
-            deadlines = [began + limits.notebook_timeout_s for _, _, began, _ in running.values()]
+            deadlines = [began + limits.notebook_timeout_s for *_, began, _ in running.values()]
             if deadlines:
                 wait_for_exit(
                     [proc.sentinel for proc in running],
                     timeout=max(0.0, min(deadlines) - time.monotonic()),
                 )
-            for proc, (student_id, workdir, began, groups) in list(running.items()):
+            for proc, (index, submission, workdir, began, groups) in list(running.items()):
                 overdue = time.monotonic() - began > limits.notebook_timeout_s
                 if proc.is_alive() and not overdue:
                     continue
@@ -142,9 +155,9 @@ def grade_all(
                 del running[proc]
                 reaper.kill_descendants(spare=[other.pid for other in running])
                 cgroups.remove(groups)
-                outcome = collect(workdir, student_id, proc.exitcode, overdue, limits)
+                outcome = collect(workdir, internal_id(index), proc.exitcode, overdue, limits)
                 outcome.seconds = time.monotonic() - began
-                record(outcome, workdir)
+                record(outcome, workdir, submission)
     finally:
         for proc in running:
             reaper.kill_group(proc.pid)
@@ -174,8 +187,16 @@ def write_reports(report_dir: Path, outcomes, rows, columns, overrides, people, 
     )
 
 
+def internal_id(index: int) -> str:
+    """The id nbgrader grades a submission under: safe for its globs and paths, whatever the learner's."""
+    return f"s{index:04d}"
+
+
 def prepare(path: Path, student_id: str, release, course: Path, workdir: Path) -> Outcome | None:
-    """Normalise one submission into its own copy of the course; an Outcome if it cannot be graded."""
+    """Normalise one submission into its own copy of the course; an Outcome if it cannot be graded.
+
+    `student_id` is the internal id (`internal_id`), never the learner's own.
+    """
     workdir.mkdir(parents=True)
     try:
         normalized = normalize_submission(path.read_bytes(), release)
@@ -258,7 +279,7 @@ def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
 
 def finish(outcome: Outcome, workdir: Path, report_dir: Path, overrides=()) -> None:
     """Write the submission's feedback page (with the instructor's `overrides`); clean its working copy."""
-    page = report_dir / "feedback" / f"{outcome.student_id}.html"
+    page = report_dir / "feedback" / page_name(outcome.student_id)
     if outcome.autograded and Path(outcome.autograded).exists():
         autograded = nbformat.read(outcome.autograded, as_version=4)
         text = feedback.render(
@@ -278,6 +299,12 @@ def finish(outcome: Outcome, workdir: Path, report_dir: Path, overrides=()) -> N
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def page_name(student_id: str) -> str:
+    """`<student_id>.html`, with path separators (and a leading dot) made harmless."""
+    name = student_id.replace("/", "_").replace("\\", "_").replace("\0", "_")
+    return ("_" + name if name.startswith(".") or not name else name) + ".html"
+
+
 def progress_line(outcome: Outcome, count: int, total: int, start: float) -> str:
     """`[ 12/40] student  status  score/max  seconds  ETA`, the ETA from the mean time so far."""
     eta = (time.monotonic() - start) / count * (total - count)
@@ -291,9 +318,19 @@ def progress_line(outcome: Outcome, count: int, total: int, start: float) -> str
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
-        description="Grade every <student_id>.ipynb in a folder with nbgrader."
+        description="Grade every submission in a folder or .zip (Moodle, Canvas, Blackboard, "
+        "nbgrader or plain <student_id>.ipynb) with nbgrader."
     )
-    parser.add_argument("submissions", type=Path, help="folder of downloaded .ipynb files")
+    parser.add_argument(
+        "submissions", type=Path, help="folder or .zip of the downloaded submissions"
+    )
+    parser.add_argument(
+        "--roster", type=Path, help="CSV: student_id[,name,lms_user_id,email]: maps names to ids, keys the LMS files"
+    )
+    parser.add_argument(
+        "--name-pattern",
+        help="regex for file names with a (?P<student_id>...) group, optional late/timestamp",
+    )
     parser.add_argument(
         "--report", type=Path, default=Path("report"), help="where grades.csv and feedback/ go"
     )
@@ -302,9 +339,6 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--course", type=Path, default=REPO_ROOT / GRADING_COURSE)
     parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap")
-    parser.add_argument(
-        "--roster", type=Path, help="csv: student_id[,name,lms_user_id,email] for the LMS files"
-    )
     parser.add_argument(
         "--cell-timeout", type=int, default=Limits.cell_timeout_s, help="seconds per cell"
     )
@@ -319,16 +353,22 @@ def main(argv=None) -> int:
     )
     args = parser.parse_args(argv)
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
-    if not args.submissions.is_dir():
-        print(
-            f"error: {args.submissions} is not a folder; pass SUBMISSIONS=<folder of .ipynb files>",
-            file=sys.stderr,
-        )
+    try:
+        intake = discover(args.submissions, roster=args.roster, pattern=args.name_pattern)
+    except IntakeError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    submissions = sorted(
-        p for p in args.submissions.iterdir() if p.suffix == ".ipynb" and p.is_file()
-    )
+    with intake:
+        return grade_intake(intake, args, limits)
+
+
+def grade_intake(intake, args, limits: Limits) -> int:
+    """Grade what `discover` found; print the table and the "not graded" list."""
+    submissions = intake.submissions
+    if intake.skipped:
+        print(intake.not_graded(), file=sys.stderr)
     if not submissions:
+        intake.write_csv(args.report / "intake.csv")
         print(f"error: no .ipynb files in {args.submissions}", file=sys.stderr)
         return 2
     sandbox = not args.no_sandbox and sandbox_available()
@@ -345,7 +385,8 @@ def main(argv=None) -> int:
     cgroup_bases = cgroups.available()
     caps = cgroups.describe(cgroup_bases, pids=limits.processes, memory_bytes=limits.memory_bytes)
     print(
-        f"grading {len(submissions)} submissions, {args.jobs} at a time, sandbox: "
+        f"grading {len(submissions)} submissions ({len(intake.skipped)} other files not graded), "
+        f"{args.jobs} at a time, sandbox: "
         f"{'bubblewrap' if sandbox else 'NONE'}, cgroup limits: {caps}",
         file=sys.stderr,
     )
@@ -360,6 +401,9 @@ def main(argv=None) -> int:
         roster=args.roster,
     )
     print(report.summary_table(outcomes))
+    intake.write_csv(args.report / "intake.csv", {o.student_id: o.status for o in outcomes})
+    if intake.skipped:
+        print(intake.not_graded())
     print(
         f"wrote {args.report / 'grades.csv'} and {len(outcomes)} feedback files in {args.report / 'feedback'}"
     )

@@ -33,7 +33,7 @@ from pathlib import Path
 from .nbsource import PARTS, nbgrader_meta, part_of, todo_number
 from .normalize import repairs_summary
 
-FIXED_COLUMNS = ["student_id", "score", "max_score", "status"]
+FIXED_COLUMNS = ["student_id", "score", "max_score", "status", "late", "source"]
 TRAILING_COLUMNS = ["reason", "repairs"]
 OVERRIDE_COLUMNS = ["student_id", "column", "value", "note"]
 AS_GRADED = ".grades-as-graded.json"  # beside grades.csv: every row before overrides
@@ -105,10 +105,9 @@ def outcome_row(outcome, columns: list[tuple[str, float]]) -> dict:
         "status": outcome.status,
         "reason": outcome.reason,
         "repairs": repairs_summary(outcome.repairs),
+        "late": "yes" if outcome.late else "no",
+        "source": outcome.source,
     }
-    for extra in ("late", "source"):  # carried when the outcome knows them
-        if getattr(outcome, extra, None) not in (None, ""):
-            row[extra] = str(getattr(outcome, extra))
     row.update({g: fmt(v) for g, v in cells.items()})
     recompute(row, set(cells))
     return row
@@ -266,10 +265,6 @@ def write_grades(
     for outcome in outcomes:
         graded[outcome.student_id] = outcome_row(outcome, columns)
     names = merged_header(kit_columns(columns), header)
-    if any("late" in row or "source" in row for row in graded.values()):
-        for extra in ("source", "late"):  # after status, where intake's columns go
-            if extra not in names:
-                names.insert(names.index("status") + 1, extra)
     rows = []
     for student_id in sorted(graded):
         row = apply_overrides(graded[student_id], (overrides or {}).get(student_id, []))

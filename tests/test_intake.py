@@ -1,0 +1,400 @@
+"""Intake: every file of an LMS export, zip or folder ends graded, ungradable, or listed with why.
+
+The name parsing and the bookkeeping are tested on files without kernels; one real batch
+(nbgrader, kernels, bubblewrap) proves ids, late flags and odd names end right in grades.csv.
+"""
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import zipfile
+
+import nbformat
+import pytest
+
+from grader.kit.autograde import page_name
+from grader.kit.intake import ExportCollector, IntakeError, copy_number, discover
+from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT
+from grader.kit.submissions import filled_submission
+from tests.conftest import autograde, read_nb
+
+NB = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+
+ROSTER = """\
+student_id,name,lms_user_id,email
+2023001,赵一,,zhaoyi@example.edu
+2023002,Li Si,123457,lisi@example.edu
+2023003,Sun San,,
+2023004,周四,,
+2023005,张三,12345,
+2023006,Zhang San,123456,
+2023007,Wang Wu,12347,
+2023010,Chen Shi,,
+"""
+
+
+def write(folder, relative, text=NB, mtime=None):
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def make_zip(path, members: dict):
+    with zipfile.ZipFile(path, "w") as zipped:
+        for name, text in members.items():
+            zipped.writestr(name, text)
+    return path
+
+
+def found(intake):
+    """{source: (student_id, late)} of the submissions, {source: why} of the rest."""
+    graded = {s.source: (s.student_id, s.late) for s in intake.submissions}
+    return graded, {s.source: s.why for s in intake.skipped}
+
+
+@pytest.mark.parametrize(
+    "name, student_id, late, layout",
+    [
+        ("Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb", "12347", False, "Moodle"),
+        ("Zhang San_12345_assignsubmission_file_ch34_prefix_cache.ipynb", "12345", False, "Moodle"),
+        ("Participant_88_assignsubmission_file_/x/ch34_prefix_cache.ipynb", "88", False, "Moodle"),
+        ("lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
+        ("lisi_LATE_123457_7890124_work/ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
+        ("Wang Wu_12347_assignsubmission_file_/work/2023001.ipynb", "12347", False, "Moodle"),
+        ("zhangsan_123456_7890123_ch34_prefix_cache-1.ipynb", "123456", False, "Canvas"),
+        (
+            "ch34_prefix_cache_2023001_attempt_2026-11-30-10-15-00_ch34_prefix_cache.ipynb",
+            "2023001",
+            False,
+            "Blackboard",
+        ),
+        ("Ch 34_2023001_attempt_2026-11-30-10-15-00.ipynb", "2023001", False, "Blackboard"),
+        (
+            "submitted/2023009/ch34_prefix_cache/ch34_prefix_cache.ipynb",
+            "2023009",
+            False,
+            "nbgrader",
+        ),
+        ("course/submitted/a b/ch34_prefix_cache/other.ipynb", "a b", False, "nbgrader"),
+        ("2023008/ch34_prefix_cache.ipynb", "2023008", False, "per-student folder"),
+        ("2023008/Copy of ch34_prefix_cache (2).ipynb", "2023008", False, "per-student folder"),
+        ("2023004.IPYNB", "2023004", False, "plain"),
+        ("2023003 (1).ipynb", "2023003", False, "plain"),
+        ("2023003 - 副本.ipynb", "2023003", False, "plain"),
+        ("Wang Wu [final].ipynb", "Wang Wu [final]", False, "plain"),
+        ("a*b?.ipynb", "a*b?", False, "plain"),
+        ("张三.ipynb", "张三", False, "plain"),
+    ],
+)
+def test_builtin_patterns_name_the_student_of_each_layout(name, student_id, late, layout):
+    info = ExportCollector().collect(name)
+    assert (info["student_id"], info["late"], info["layout"]) == (student_id, late, layout)
+
+
+def test_a_file_that_is_no_notebook_is_not_collected():
+    assert ExportCollector().collect("Wang Wu_12347_assignsubmission_file_/report.pdf") is None
+    assert ExportCollector().collect("notes.ipynb.txt") is None
+
+
+def test_name_pattern_comes_first_and_carries_late_and_timestamp():
+    collector = ExportCollector(
+        r"hw-(?P<student_id>\d+)(?P<late>-late)?-(?P<timestamp>\d{4}-\d\d-\d\d)"
+    )
+    info = collector.collect("hw-2023011-late-2026-11-30.ipynb")
+    assert (info["student_id"], info["late"], info["layout"]) == ("2023011", True, "NAME_PATTERN")
+    assert info["timestamp"] == "2026-11-30"
+    # A file the pattern does not fit falls back to the built-in rules.
+    assert collector.collect("2023004.ipynb")["student_id"] == "2023004"
+
+
+def test_copy_suffixes_order_the_copies():
+    assert copy_number("2023003") == ("2023003", 0)
+    assert copy_number("2023003 (1)") == ("2023003", 1)
+    assert copy_number("2023003 (12)") == ("2023003", 12)
+    assert copy_number("2023003 - Copy") == ("2023003", 1)
+    assert copy_number("Wang Wu [final]") == ("Wang Wu [final]", 0)
+
+
+def test_roster_maps_lms_numbers_names_and_logins_to_student_ids(tmp_path):
+    roster = write(tmp_path, "roster.csv", ROSTER)
+    export = tmp_path / "export"
+    write(export, "Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb")
+    write(export, "Zhang San_12345_assignsubmission_file_ch34_prefix_cache.ipynb")
+    write(export, "lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb")
+    write(export, "zhangsan_999_7890123_ch34_prefix_cache.ipynb")  # login only: by name
+    write(export, "周四.ipynb")  # a name in a plain file name
+    write(export, "zhaoyi.ipynb")  # an email's local part
+    write(export, "Unknown Person.ipynb")
+    with discover(export, roster=roster) as intake:
+        graded, skipped = found(intake)
+        notes = {s.student_id: s.note for s in intake.submissions}
+    assert graded == {
+        "Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb": ("2023007", False),
+        "Zhang San_12345_assignsubmission_file_ch34_prefix_cache.ipynb": ("2023005", False),
+        "lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb": ("2023002", True),
+        "zhangsan_999_7890123_ch34_prefix_cache.ipynb": ("2023006", False),
+        "周四.ipynb": ("2023004", False),
+        "zhaoyi.ipynb": ("2023001", False),
+        "Unknown Person.ipynb": ("Unknown Person", False),
+    }
+    assert skipped == {}
+    assert "not on the roster" in notes["Unknown Person"]
+
+
+def test_without_a_roster_lms_files_are_keyed_by_the_lms_number(tmp_path):
+    write(tmp_path, "Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb")
+    write(tmp_path, "lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb")
+    with discover(tmp_path) as intake:
+        assert sorted(s.student_id for s in intake.submissions) == ["123457", "12347"]
+        assert "2 Moodle/Canvas file(s) are keyed by the LMS's user number" in intake.warnings()
+
+
+def test_an_lms_number_is_never_read_as_another_students_id(tmp_path):
+    roster = write(tmp_path, "roster.csv", "student_id,name\n12347,Someone Else\n2023007,Wang Wu\n")
+    write(tmp_path, "export/Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb")
+    with discover(tmp_path / "export", roster=roster) as intake:
+        assert [s.student_id for s in intake.submissions] == ["2023007"]
+        assert intake.warnings() == ""
+
+
+def test_debris_and_other_files_are_listed_with_why(tmp_path):
+    write(tmp_path, "2023001.ipynb")
+    write(tmp_path, "._2023001.ipynb")
+    write(tmp_path, "__MACOSX/._2023001.ipynb")
+    write(tmp_path, ".ipynb_checkpoints/2023001-checkpoint.ipynb")
+    write(tmp_path, ".DS_Store")
+    write(tmp_path, "sub/Thumbs.db")
+    write(tmp_path, "readme.pdf")
+    write(tmp_path, "Ch 34_2023010_attempt_2026-11-30-10-15-00.txt")
+    with discover(tmp_path) as intake:
+        graded, skipped = found(intake)
+        debris = {s.source for s in intake.skipped if s.debris}
+        printed = intake.not_graded()
+    assert graded == {"2023001.ipynb": ("2023001", False)}
+    assert debris == {
+        "._2023001.ipynb",
+        "__MACOSX/._2023001.ipynb",
+        ".ipynb_checkpoints/2023001-checkpoint.ipynb",
+        ".DS_Store",
+        "sub/Thumbs.db",
+    }
+    assert skipped["readme.pdf"] == "not a notebook (.pdf)"
+    assert skipped["Ch 34_2023010_attempt_2026-11-30-10-15-00.txt"] == (
+        "Blackboard's submission receipt"
+    )
+    assert printed.startswith("not graded: 7 file(s):")
+    assert all(source in printed for source in skipped)
+
+
+def test_newest_duplicate_is_graded_and_the_older_recorded(tmp_path):
+    same = 1_780_000_000
+    write(tmp_path, "a/2023003.ipynb", mtime=same)
+    write(tmp_path, "a/2023003 (1).ipynb", mtime=same)  # same time: the copy suffix decides
+    write(tmp_path, "b/2023004 (1).ipynb", mtime=same)
+    write(tmp_path, "b/2023004.ipynb", mtime=same + 60)  # the newer file wins over the suffix
+    write(tmp_path, "c/Ch 34_2023010_attempt_2026-11-30-10-15-00.ipynb", mtime=same + 60)
+    write(tmp_path, "c/Ch 34_2023010_attempt_2026-12-01-08-00-00.ipynb", mtime=same)  # by name
+    with discover(tmp_path) as intake:
+        kept = {s.student_id: (s.source, s.superseded) for s in intake.submissions}
+        _, skipped = found(intake)
+    assert kept == {
+        "2023003": ("a/2023003 (1).ipynb", ["a/2023003.ipynb"]),
+        "2023004": ("b/2023004.ipynb", ["b/2023004 (1).ipynb"]),
+        "2023010": (
+            "c/Ch 34_2023010_attempt_2026-12-01-08-00-00.ipynb",
+            ["c/Ch 34_2023010_attempt_2026-11-30-10-15-00.ipynb"],
+        ),
+    }
+    assert skipped["a/2023003.ipynb"] == "superseded by the newer a/2023003 (1).ipynb"
+
+
+def test_zips_are_read_also_inside_a_folder_and_removed_afterwards(tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    make_zip(
+        export / "moodle.zip",
+        {
+            "Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb": NB,
+            "__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": "x",
+        },
+    )
+    make_zip(export / "2023008.zip", {"2023008/ch34_prefix_cache.ipynb": NB})  # a student's zip
+    make_zip(export / "empty.zip", {"notes.txt": "hello"})
+    (export / "broken.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    with discover(export) as intake:
+        graded, skipped = found(intake)
+        scratch = intake.scratch
+        assert all(s.path.is_file() for s in intake.submissions)
+    assert not scratch.exists()
+    assert graded == {
+        "moodle.zip/Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb": ("12347", False),
+        "2023008.zip/2023008/ch34_prefix_cache.ipynb": ("2023008", False),
+    }
+    assert skipped["empty.zip"] == "a zip with no notebook inside"
+    assert skipped["empty.zip/notes.txt"] == "not a notebook (.txt)"
+    assert skipped["broken.zip"].startswith("a damaged zip")
+    assert "moodle.zip/__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb" in (
+        skipped
+    )
+
+
+def test_a_zip_made_on_chinese_windows_keeps_its_gbk_names(tmp_path):
+    # Windows' own zipper writes names in the local code page (GBK) without the UTF-8 flag;
+    # Python's zipfile always sets the flag, so the name is patched in afterwards.
+    gbk = "张三".encode("gbk")
+    placeholder = b"X" * len(gbk)
+    archive = make_zip(tmp_path / "class.zip", {placeholder.decode() + ".ipynb": NB})
+    archive.write_bytes(archive.read_bytes().replace(placeholder, gbk))
+    with discover(archive) as intake:
+        named = [(s.source, s.student_id) for s in intake.submissions]
+    assert named == [("张三.ipynb", "张三")]
+
+
+def test_a_zip_cannot_write_outside_its_folder(tmp_path):
+    archive = make_zip(tmp_path / "evil.zip", {"../../2023001.ipynb": NB, "/abs/x.ipynb": NB})
+    with discover(archive) as intake:
+        assert {s.source for s in intake.submissions} == {"2023001.ipynb", "abs/x.ipynb"}
+        assert all(intake.scratch in s.path.parents for s in intake.submissions)
+    assert not (tmp_path / "2023001.ipynb").exists()
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda t: (t / "missing", {}), "does not exist"),
+        (lambda t: (write(t, "export.zip", "not a zip"), {}), "is not a readable zip"),
+        (lambda t: (write(t, "notes.txt"), {}), "neither a folder"),
+        (
+            lambda t: (t, {"roster": write(t, "r.csv", "id,name\n1,x\n")}),
+            "has no student_id column",
+        ),
+        (lambda t: (t, {"roster": t / "nope.csv"}), "roster"),
+        (
+            lambda t: (t, {"roster": write(t, "r.csv", "student_id\n1\n1\n")}),
+            "appears on lines 2 and 3",
+        ),
+        (lambda t: (t, {"pattern": r"hw-(?P<id>\d+)"}), "no (?P<student_id>...) group"),
+        (lambda t: (t, {"pattern": r"hw-(?P<student_id>\d+"}), "not a valid regular expression"),
+    ],
+)
+def test_bad_input_says_what_to_fix(tmp_path, make, message):
+    path, options = make(tmp_path)
+    with pytest.raises(IntakeError, match=re.escape(message)):
+        discover(path, **options)
+
+
+def test_cli_exits_2_for_a_missing_folder_and_a_corrupt_zip(tmp_path):
+    corrupt = write(tmp_path, "export.zip", "PK not a zip")
+    for target, message in [(tmp_path / "missing", "does not exist"), (corrupt, "readable zip")]:
+        run = subprocess.run(
+            [sys.executable, "-m", "grader.kit.autograde", str(target), "--report", str(tmp_path)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 2 and message in run.stderr, run.stderr
+
+
+def test_feedback_page_names_keep_the_id_but_no_path_separator():
+    assert page_name("Wang Wu [final]") == "Wang Wu [final].html"
+    assert page_name("a*b?") == "a*b?.html"
+    assert page_name("../x/y\\z") == "_.._x_y_z.html"
+
+
+def test_intake_csv_lists_every_file_with_its_outcome(tmp_path):
+    export = tmp_path / "export"
+    write(export, "2023001.ipynb")
+    write(export, "._2023001.ipynb")
+    with discover(export) as intake:
+        intake.write_csv(tmp_path / "intake.csv", {"2023001": "graded"})
+    raw = (tmp_path / "intake.csv").read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf")  # Excel reads UTF-8 only with the BOM
+    rows = list(csv.DictReader(raw.decode("utf-8-sig").splitlines()))
+    assert rows == [  # sorted by file
+        {
+            "file": "._2023001.ipynb",
+            "student_id": "",
+            "outcome": "not graded",
+            "why": "operating-system debris",
+        },
+        {"file": "2023001.ipynb", "student_id": "2023001", "outcome": "graded", "why": "plain"},
+    ]
+
+
+def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fresh_build, tmp_path):
+    """Moodle and Canvas zips, a Blackboard file, odd names and duplicates, graded for real."""
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    correct = nbformat.writes(
+        filled_submission(release, read_nb(fresh_build / "solutions" / NOTEBOOK_NAME))
+    )
+    untouched = nbformat.writes(release)
+    export = tmp_path / "export"
+    export.mkdir()
+    make_zip(
+        export / "moodle.zip",
+        {
+            "Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb": correct,
+            "__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": "x",
+        },
+    )
+    make_zip(export / "canvas.zip", {"lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb": correct})
+    blackboard = "Ch 34_2023010_attempt_2026-11-30-10-15-00"
+    write(export, f"{blackboard}_ch34_prefix_cache.ipynb", correct)
+    write(export, f"{blackboard}.txt", "Name: Chen Shi")
+    write(export, "2023004.IPYNB", correct)
+    write(export, "2023003.ipynb", untouched, mtime=1_780_000_000)
+    write(export, "2023003 (1).ipynb", correct, mtime=1_780_000_000)
+    write(export, "._2023001.ipynb", "not a notebook")
+    for name in ("Wang Wu [final]", "张三", "a*b?"):
+        write(export, f"{name}.ipynb", correct)
+    report = tmp_path / "report"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    run, rows = autograde(
+        export,
+        report,
+        fresh_build / "build" / "grading-course",
+        extra=["--roster", str(write(tmp_path, "roster.csv", ROSTER))],
+        env={"TMPDIR": str(scratch)},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    expected = {  # student_id: (late, source)
+        "2023007": (
+            "no",
+            "moodle.zip/Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb",
+        ),
+        "2023002": ("yes", "canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb"),
+        "2023010": ("no", f"{blackboard}_ch34_prefix_cache.ipynb"),
+        "2023004": ("no", "2023004.IPYNB"),
+        "2023003": ("no", "2023003 (1).ipynb"),
+        "2023005": ("no", "张三.ipynb"),
+        "Wang Wu [final]": ("no", "Wang Wu [final].ipynb"),
+        "a*b?": ("no", "a*b?.ipynb"),
+    }
+    assert {sid: (row["late"], row["source"]) for sid, row in rows.items()} == expected
+    for student_id, row in rows.items():
+        assert row["status"] == "graded" and row["score"] == row["max_score"], (student_id, row)
+        page = (report / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
+        assert str(tmp_path) not in page
+    with open(report / "intake.csv", newline="", encoding="utf-8-sig") as handle:
+        intake = {row["file"]: row for row in csv.DictReader(handle)}
+    not_graded = {
+        "2023003.ipynb": "superseded by the newer 2023003 (1).ipynb",
+        "._2023001.ipynb": "operating-system debris",
+        "moodle.zip/__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": (
+            "operating-system debris"
+        ),
+        f"{blackboard}.txt": "Blackboard's submission receipt",
+    }
+    assert {f: r["why"] for f, r in intake.items() if r["outcome"] == "not graded"} == not_graded
+    assert {r["file"] for r in intake.values() if r["outcome"] == "graded"} == {
+        source for _, source in expected.values()
+    }
+    for source, why in not_graded.items():
+        assert f"{source}: {why}" in run.stdout
+    assert not any(p.name.startswith("ch34-intake-") for p in scratch.iterdir())
