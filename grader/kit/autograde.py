@@ -14,17 +14,27 @@ Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submis
 
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
 not in this batch) and REPORT/feedback/<student_id>.html (hidden tests never shown).
+
+A grader fault never becomes a student's grade. Before the batch, the kernel's interpreter is
+started in the sandbox (`kernel_start_problem`), then the reference solution is graded through
+exactly the batch's path (`preflight`: same interpreter, sandbox, limits and forked grader); it
+must earn full marks. During the batch, when most submissions so far failed the same way on
+the grader's side (`fault_in`), the batch stops. Either way the run exits with status 3 and an
+error for the instructor, and nothing is written into REPORT: no row, no page.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import multiprocessing
 import os
 import shutil
 import sys
+import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_for_exit
 from pathlib import Path
@@ -33,9 +43,19 @@ import nbformat
 
 from . import cgroups, feedback, integrity, reaper, report
 from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
-from .grade_one import Limits, grade_in_child, sandbox_available, warm_up
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
+from .grade_one import Limits, grade_in_child, kernel_start_problem, sandbox_available, warm_up
+from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, strip_solution_markers
 from .normalize import Ungradable, normalize_submission
+from .submissions import filled_submission
+
+# Statuses that may be the grader's fault rather than the notebook's.
+FAULT_STATUSES = ("kernel_died", "grader_crash", "grader_error")
+FAULT_AFTER = 6  # submissions run in a kernel before a batch judges its own health
+FAULT_SHARE = 0.75  # this share of them failing the same way stops the batch
+
+
+class GraderFault(Exception):
+    """The grader, not a submission, is broken: the message is for the instructor."""
 
 
 @dataclass
@@ -61,11 +81,14 @@ def grade_all(
     sandbox: bool = True,
     cgroup_bases: dict | None = None,
     progress=sys.stderr,
+    stop_on_fault: bool = True,
 ) -> list[Outcome]:
     """Grade `submissions` (paths to .ipynb files) into `report_dir`; return one outcome each, sorted by id.
 
     `cgroup_bases` is what `cgroups.available()` found (looked up here when None): the caller
-    that announced the limits passes what it announced.
+    that announced the limits passes what it announced. Raises `GraderFault`, having written
+    nothing into `report_dir`, when most submissions fail the same way (`fault_in`) and
+    `stop_on_fault` holds.
     """
     course = course.resolve()
     if not (course / "gradebook.db").exists():
@@ -74,7 +97,7 @@ def grade_all(
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "feedback").mkdir(exist_ok=True)
     work_root = kernel_tempdir("ch34-grading-", below="/0000/runtime/kernel-99999")
-    outcomes, running, queue = [], {}, list(enumerate(submissions))
+    outcomes, running, queue, pages = [], {}, list(enumerate(submissions)), {}
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
     warm_up(release)
@@ -86,13 +109,22 @@ def grade_all(
     caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
     def record(outcome: Outcome, workdir: Path) -> None:
-        finish(outcome, workdir, report_dir)
+        pages[outcome.student_id] = finish(outcome, workdir)
         outcomes.append(outcome)
         print(
             progress_line(outcome, len(outcomes), len(submissions), start),
             file=progress,
             flush=True,
         )
+        fault = fault_in(outcomes) if stop_on_fault else None
+        if fault:
+            raise GraderFault(
+                f"stopped after {len(outcomes)} of {len(submissions)} submissions: {fault}. "
+                f"Nothing was written into {report_dir}: no grades.csv row and no feedback "
+                "page for anyone in this batch. Check the reason above (the sandbox, the memory "
+                "limit --memory-gb, free disk space), then run the batch again; if these "
+                "notebooks really do fail this way, pass --keep-going."
+            )
 
     try:
         while queue or running:
@@ -140,6 +172,8 @@ def grade_all(
         reaper.adopt_orphans(False)
         shutil.rmtree(work_root, ignore_errors=True)
     outcomes.sort(key=lambda o: o.student_id)
+    for student_id, text in pages.items():  # written only now: a stopped batch leaves no page
+        (report_dir / "feedback" / f"{student_id}.html").write_text(text, encoding="utf-8")
     report.write_grades(report_dir / "grades.csv", outcomes, report.grade_columns(release))
     return outcomes
 
@@ -226,9 +260,8 @@ def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
     return "grader_error", f"nbgrader could not grade this notebook: {last[0][:200]}"
 
 
-def finish(outcome: Outcome, workdir: Path, report_dir: Path) -> None:
-    """Write the submission's feedback page and clean its working copy."""
-    page = report_dir / "feedback" / f"{outcome.student_id}.html"
+def finish(outcome: Outcome, workdir: Path) -> str:
+    """The submission's feedback page; its working copy is removed."""
     if outcome.autograded and Path(outcome.autograded).exists():
         autograded = nbformat.read(outcome.autograded, as_version=4)
         text = feedback.render(
@@ -243,8 +276,87 @@ def finish(outcome: Outcome, workdir: Path, report_dir: Path) -> None:
         text = feedback.failure_page(
             outcome.student_id, outcome.status, outcome.reason, outcome.repairs
         )
-    page.write_text(text, encoding="utf-8")
     shutil.rmtree(workdir, ignore_errors=True)
+    return text
+
+
+def fault_in(outcomes: list[Outcome]) -> str | None:
+    """What most submissions graded so far failed of, when that looks like the grader's fault.
+
+    Counted among the submissions that reached a kernel (a file rejected before grading says
+    nothing about the grader): once there are FAULT_AFTER of them, and FAULT_SHARE of them
+    ended with the same grader-side status and reason.
+    """
+    ran = [o for o in outcomes if o.status in FAULT_STATUSES + ("graded", "flagged", "timeout")]
+    if len(ran) < FAULT_AFTER:
+        return None
+    same = Counter(
+        (o.status, feedback.scrub_paths(o.reason)) for o in ran if o.status in FAULT_STATUSES
+    ).most_common(1)
+    if not same or same[0][1] < FAULT_SHARE * len(ran):
+        return None
+    (status, reason), count = same[0]
+    return f"{count} of the {len(ran)} submissions run so far ended {status}: {reason}"
+
+
+def reference_submission(course: Path):
+    """The release with every answer cell holding the reference code of the course's source."""
+    source = nbformat.read(course / "source" / ASSIGNMENT / NOTEBOOK_NAME, as_version=4)
+    for cell in source.cells:
+        if nbgrader_meta(cell).get("solution"):
+            cell.source = strip_solution_markers(cell.source)
+    release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
+    return filled_submission(release, source)
+
+
+def preflight(course: Path, *, jobs: int, limits: Limits, sandbox: bool, cgroup_bases) -> float:
+    """Grade the reference solution exactly as the batch will grade; seconds it took.
+
+    Raises `GraderFault` unless it earns full marks on every grade cell.
+    """
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ch34-preflight-") as scratch:
+        path = Path(scratch) / "reference-solution.ipynb"
+        nbformat.write(reference_submission(course.resolve()), path)
+        (outcome,) = grade_all(
+            [path],
+            Path(scratch) / "report",
+            course=course,
+            jobs=jobs,
+            limits=limits,
+            sandbox=sandbox,
+            cgroup_bases=cgroup_bases,
+            progress=io.StringIO(),
+            stop_on_fault=False,
+        )
+    release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
+    points = dict(report.grade_columns(release))
+    lost = {
+        grade_id: outcome.scores.get(grade_id, (0.0, p))[0]
+        for grade_id, p in points.items()
+        if outcome.scores.get(grade_id, (0.0, p))[0] < p
+    }
+    if outcome.status == "graded" and not lost:
+        return time.monotonic() - began
+    earned = sum(score for score, _ in outcome.scores.values())
+    what = f"ended {outcome.status}" + (f": {outcome.reason}" if outcome.reason else "")
+    if outcome.status == "graded":
+        what = "lost points on " + ", ".join(f"{g} ({s:g}/{points[g]:g})" for g, s in lost.items())
+    check = {
+        "kernel_died": "can the kernel start in the sandbox (bubblewrap, the Python installation "
+        "it binds), is --memory-gb high enough",
+        "grader_crash": "the memory limit (--memory-gb), the cgroup limits, free disk space",
+        "grader_error": "the nbgrader log above; rebuild the grading course with `make notebooks`",
+        "timeout": "--cell-timeout and --notebook-timeout, and how busy this machine is",
+        "graded": "that the grading course matches the source (`make notebooks`), and "
+        "--cell-timeout if a test is slow here",
+    }.get(outcome.status, "the reason above")
+    raise GraderFault(
+        f"preflight failed: the reference solution, graded exactly as the students' notebooks "
+        f"would be (this Python, sandbox {'bubblewrap' if sandbox else 'none'}, the same limits), "
+        f"scored {earned:g}/{sum(points.values()):g} and {what}. Nobody was graded and nothing "
+        f"was written into the report. Check: {check}."
+    )
 
 
 def progress_line(outcome: Outcome, count: int, total: int, start: float) -> str:
@@ -283,6 +395,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--memory-gb", type=float, default=Limits.memory_bytes / 2**30, help="kernel memory cap"
     )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="grade every submission even when most fail the same way on the grader's side",
+    )
     args = parser.parse_args(argv)
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
     if not args.submissions.is_dir():
@@ -315,15 +432,40 @@ def main(argv=None) -> int:
         f"{'bubblewrap' if sandbox else 'NONE'}, cgroup limits: {caps}",
         file=sys.stderr,
     )
-    outcomes = grade_all(
-        submissions,
-        args.report,
-        course=args.course,
-        jobs=max(1, args.jobs),
-        limits=limits,
-        sandbox=sandbox,
-        cgroup_bases=cgroup_bases,
-    )
+    problem = kernel_start_problem(limits, sandbox)
+    if problem:
+        print(
+            f"error: {problem}. Nobody was graded. Check that this Python's packages live "
+            "inside its own installation (not on PYTHONPATH or a symlink the sandbox does not "
+            "show), or run with --no-sandbox to see whether the sandbox is the cause.",
+            file=sys.stderr,
+        )
+        return 3
+    try:
+        seconds = preflight(
+            args.course,
+            jobs=max(1, args.jobs),
+            limits=limits,
+            sandbox=sandbox,
+            cgroup_bases=cgroup_bases,
+        )
+        print(
+            f"preflight: the reference solution earned full marks ({seconds:.1f} s)",
+            file=sys.stderr,
+        )
+        outcomes = grade_all(
+            submissions,
+            args.report,
+            course=args.course,
+            jobs=max(1, args.jobs),
+            limits=limits,
+            sandbox=sandbox,
+            cgroup_bases=cgroup_bases,
+            stop_on_fault=not args.keep_going,
+        )
+    except GraderFault as fault:
+        print(f"error: {fault}", file=sys.stderr)
+        return 3
     print(report.summary_table(outcomes))
     print(
         f"wrote {args.report / 'grades.csv'} and {len(outcomes)} feedback files in {args.report / 'feedback'}"
