@@ -348,8 +348,9 @@ def preflight(course: Path, *, jobs: int, limits: Limits, sandbox: bool, cgroup_
         "grader_crash": "the memory limit (--memory-gb), the cgroup limits, free disk space",
         "grader_error": "the nbgrader log above; rebuild the grading course with `make notebooks`",
         "timeout": "--cell-timeout and --notebook-timeout, and how busy this machine is",
-        "graded": "that the grading course matches the source (`make notebooks`), and "
-        "--cell-timeout if a test is slow here",
+        "graded": "that the grading course matches the source (`make notebooks`), and the "
+        "limits: --memory-gb (torch alone maps about 1.5 GiB), --cell-timeout if a test is slow "
+        "on this machine",
     }.get(outcome.status, "the reason above")
     raise GraderFault(
         f"preflight failed: the reference solution, graded exactly as the students' notebooks "

@@ -97,9 +97,9 @@ REPAIR_TEXT = (
         r"restored deleted solution cell (\S+)",
         r"恢复了被删除的答案单元格 \1（恢复后是未作答的初始代码）",
     ),
-    (r"restored deleted (?:\w+) cell (\S+)", r"恢复了被删除的单元格 \1"),
-    (r"restored (\w+) type of (?:\w+) cell (\S+)", r"把单元格 \2 的类型恢复为 \1"),
-    (r"restored edited (?:\w+) cell (\S+)", r"恢复了被改动的只读单元格 \1（测试按原样运行）"),
+    (r"restored deleted (?:[\w-]+) cell (\S+)", r"恢复了被删除的单元格 \1"),
+    (r"restored (\w+) type of (?:[\w-]+) cell (\S+)", r"把单元格 \2 的类型恢复为 \1"),
+    (r"restored edited (?:[\w-]+) cell (\S+)", r"恢复了被改动的只读单元格 \1（测试按原样运行）"),
 )
 
 
