@@ -11,7 +11,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox notebooks solutions examples autograde test bench compat lint clean distclean
+.PHONY: all setup sandbox export-tools export notebooks solutions examples autograde test bench compat lint clean distclean
 
 all: notebooks solutions examples
 
@@ -33,6 +33,22 @@ sandbox:
 	    echo "WARNING: bubblewrap is missing; install it (sudo apt-get install bubblewrap) or student code runs unsandboxed" >&2; \
 	  fi; }
 
+# `make export` prints the solutions with Debian's headless Chromium and needs Chinese fonts:
+# installed here when missing and we may (root, apt-get); otherwise a clear error.
+export-tools:
+	@command -v chromium >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1 && fc-list :lang=zh | grep -q . || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium, fonts-noto-cjk and poppler-utils (to print and check the solutions)"; \
+	    apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk poppler-utils >/dev/null; \
+	  else \
+	    echo "error: make export needs chromium, fonts-noto-cjk and poppler-utils: sudo apt-get install chromium fonts-noto-cjk poppler-utils" >&2; exit 1; \
+	  fi; }
+
+# The solutions for students, after the deadline: export/ch34_prefix_cache_solutions.html (maths
+# as MathML, works offline) and .pdf.
+export: $(STAMP) export-tools
+	$(PY) -m grader.kit.export --out export
+
 notebooks: $(STAMP)
 	$(PY) -m grader.kit.build notebooks
 
@@ -53,7 +69,7 @@ autograde: $(STAMP) sandbox build/grading-course/gradebook.db
 	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) \
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
-test: $(STAMP) sandbox
+test: $(STAMP) sandbox export-tools
 	$(PY) -m pytest -q tests
 
 bench: $(STAMP) sandbox build/grading-course/gradebook.db
@@ -73,7 +89,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check grader tests bench
 
 clean:
-	rm -rf build report .pytest_cache .hypothesis
+	rm -rf build report export .pytest_cache .hypothesis
 	find . -name __pycache__ -not -path "./$(VENV)/*" -prune -exec rm -rf {} +
 
 distclean: clean

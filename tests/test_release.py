@@ -9,7 +9,14 @@ import nbformat
 import pytest
 
 from grader.kit.build import SOLUTIONS_ONLY, execute, source_notebook
-from grader.kit.nbsource import COLAB_URL, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, read_source
+from grader.kit.nbsource import (
+    NOTEBOOK_NAME,
+    REPO_ROOT,
+    colab_url,
+    github_repo,
+    nbgrader_meta,
+    read_source,
+)
 from tests.conftest import read_nb
 
 RELEASE = REPO_ROOT / "notebooks" / NOTEBOOK_NAME
@@ -127,10 +134,16 @@ def test_visible_test_cell_keeps_every_assertion_of_the_seed():
     assert cell_asserts == seed_asserts
 
 
-def test_first_cell_has_the_colab_badge_and_modelscope_instructions():
+def test_first_cell_opens_in_colab_as_the_course_setting_says_and_has_modelscope_instructions():
     first = release().cells[0]
     assert first.cell_type == "markdown"
-    assert f"]({COLAB_URL})" in first.source and "colab-badge.svg" in first.source
+    assert "{{" not in first.source, "every placeholder is filled"
+    repo = github_repo()
+    if repo:  # a badge to the repository grader/course.toml (or the git remote) names
+        assert f"]({colab_url(repo)})" in first.source and "colab-badge.svg" in first.source
+    else:  # no repository anywhere: no badge to a placeholder, the upload steps instead
+        assert "colab-badge.svg" not in first.source and "github/" not in first.source
+        assert "上传笔记本" in first.source
     assert "魔搭" in first.source and "ModelScope" in first.source
 
 

@@ -20,17 +20,27 @@ not in this batch; REPORT/overrides.csv applied), REPORT/feedback/<student_id>.h
 tests never shown), REPORT/intake.csv (every input file: graded, or why not),
 REPORT/summary.html, REPORT/canvas.csv and moodle.csv (`lms.py`), and the nbgrader course
 REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
+
+A grader fault never becomes a student's grade. Before the batch, the kernel's interpreter is
+started in the sandbox (`kernel_start_problem`), then the reference solution is graded through
+exactly the batch's path (`preflight`: same interpreter, sandbox, limits and forked grader); it
+must earn full marks. During the batch, when most submissions so far failed the same way on
+the grader's side (`fault_in`), the batch stops. Either way the run exits with status 3 and an
+error for the instructor, and nothing is written into REPORT: no row, no page.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import multiprocessing
 import os
 import shutil
 import sys
+import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_for_exit
 from pathlib import Path
@@ -39,10 +49,20 @@ import nbformat
 
 from . import cgroups, feedback, formgrader, integrity, lms, reaper, report, summary
 from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
-from .grade_one import Limits, grade_in_child, sandbox_available, warm_up
+from .grade_one import Limits, grade_in_child, kernel_start_problem, sandbox_available, warm_up
 from .intake import IntakeError, Submission, discover
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
+from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, strip_solution_markers
 from .normalize import Ungradable, normalize_submission
+from .submissions import filled_submission
+
+# Statuses that may be the grader's fault rather than the notebook's.
+FAULT_STATUSES = ("kernel_died", "grader_crash", "grader_error")
+FAULT_AFTER = 6  # submissions run in a kernel before a batch judges its own health
+FAULT_SHARE = 0.75  # this share of them failing the same way stops the batch
+
+
+class GraderFault(Exception):
+    """The grader, not a submission, is broken: the message is for the instructor."""
 
 
 @dataclass
@@ -72,14 +92,17 @@ def grade_all(
     cgroup_bases: dict | None = None,
     progress=sys.stderr,
     roster: Path | None = None,
+    stop_on_fault: bool = True,
 ) -> list[Outcome]:
-    """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, sorted by id.
+    """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, by id.
 
     nbgrader never sees a student's id (it reads `[...]` in one as a glob): each submission is
     graded as `s<index>` in its own working copy, and its Outcome carries the real id.
 
     `cgroup_bases` is what `cgroups.available()` found (looked up here when None): the caller
-    that announced the limits passes what it announced.
+    that announced the limits passes what it announced. Raises `GraderFault`, having written
+    nothing into `report_dir`, when most submissions fail the same way (`fault_in`) and
+    `stop_on_fault` holds.
     """
     course = course.resolve()
     if not (course / "gradebook.db").exists():
@@ -96,9 +119,9 @@ def grade_all(
         report.kit_columns(columns) + header,
     )
     people = lms.read_roster(roster)
-    formgrader.ensure_course(report_dir, course, progress)
     work_root = kernel_tempdir("ch34-grading-", below="/0000/runtime/kernel-99999")
     outcomes, running, queue = [], {}, list(enumerate(submissions))
+    pages, kept = {}, {}  # by student: the feedback page, the autograded notebook
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
     warm_up(release)
@@ -112,14 +135,23 @@ def grade_all(
     def record(outcome: Outcome, workdir: Path, submission: Submission) -> None:
         outcome.student_id, outcome.late = submission.student_id, submission.late
         outcome.source, outcome.superseded = submission.source, list(submission.superseded)
-        formgrader.keep_notebook(report_dir, outcome.student_id, outcome.autograded)
-        finish(outcome, workdir, report_dir, overrides.get(outcome.student_id, ()))
+        kept[outcome.student_id] = formgrader.read_autograded(outcome.autograded)
+        pages[outcome.student_id] = finish(outcome, workdir, overrides.get(outcome.student_id, ()))
         outcomes.append(outcome)
         print(
             progress_line(outcome, len(outcomes), len(submissions), start),
             file=progress,
             flush=True,
         )
+        fault = fault_in(outcomes) if stop_on_fault else None
+        if fault:
+            raise GraderFault(
+                f"stopped after {len(outcomes)} of {len(submissions)} submissions: {fault}. "
+                f"Nothing was written into {report_dir}: no grades.csv row and no feedback "
+                "page for anyone in this batch. Check the reason above (the sandbox, the memory "
+                "limit --memory-gb, free disk space), then run the batch again; if these "
+                "notebooks really do fail this way, pass --keep-going."
+            )
 
     try:
         while queue or running:
@@ -167,6 +199,11 @@ def grade_all(
         reaper.adopt_orphans(False)
         shutil.rmtree(work_root, ignore_errors=True)
     outcomes.sort(key=lambda o: o.student_id)
+    # Written only now: a stopped batch leaves no page, no row and no notebook in REPORT.
+    formgrader.ensure_course(report_dir, course, progress)
+    for student_id, text in pages.items():
+        (report_dir / "feedback" / page_name(student_id)).write_text(text, encoding="utf-8")
+        formgrader.keep_notebook(report_dir, student_id, kept[student_id])
     rows = report.write_grades(report_dir / "grades.csv", outcomes, columns, overrides)
     write_reports(report_dir, outcomes, rows, columns, overrides, people, progress)
     return outcomes
@@ -188,7 +225,7 @@ def write_reports(report_dir: Path, outcomes, rows, columns, overrides, people, 
 
 
 def internal_id(index: int) -> str:
-    """The id nbgrader grades a submission under: safe for its globs and paths, whatever the learner's."""
+    """The id nbgrader grades a submission under: safe in its globs and paths, unlike a learner's."""
     return f"s{index:04d}"
 
 
@@ -277,9 +314,8 @@ def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
     return "grader_error", f"nbgrader could not grade this notebook: {last[0][:200]}"
 
 
-def finish(outcome: Outcome, workdir: Path, report_dir: Path, overrides=()) -> None:
-    """Write the submission's feedback page (with the instructor's `overrides`); clean its working copy."""
-    page = report_dir / "feedback" / page_name(outcome.student_id)
+def finish(outcome: Outcome, workdir: Path, overrides=()) -> str:
+    """The submission's feedback page (with the instructor's `overrides`); its working copy is removed."""
     if outcome.autograded and Path(outcome.autograded).exists():
         autograded = nbformat.read(outcome.autograded, as_version=4)
         text = feedback.render(
@@ -295,8 +331,88 @@ def finish(outcome: Outcome, workdir: Path, report_dir: Path, overrides=()) -> N
         text = feedback.failure_page(
             outcome.student_id, outcome.status, outcome.reason, outcome.repairs, overrides=overrides
         )
-    page.write_text(text, encoding="utf-8")
     shutil.rmtree(workdir, ignore_errors=True)
+    return text
+
+
+def fault_in(outcomes: list[Outcome]) -> str | None:
+    """What most submissions graded so far failed of, when that looks like the grader's fault.
+
+    Counted among the submissions that reached a kernel (a file rejected before grading says
+    nothing about the grader): once there are FAULT_AFTER of them, and FAULT_SHARE of them
+    ended with the same grader-side status and reason.
+    """
+    ran = [o for o in outcomes if o.status in FAULT_STATUSES + ("graded", "flagged", "timeout")]
+    if len(ran) < FAULT_AFTER:
+        return None
+    same = Counter(
+        (o.status, feedback.scrub_paths(o.reason)) for o in ran if o.status in FAULT_STATUSES
+    ).most_common(1)
+    if not same or same[0][1] < FAULT_SHARE * len(ran):
+        return None
+    (status, reason), count = same[0]
+    return f"{count} of the {len(ran)} submissions run so far ended {status}: {reason}"
+
+
+def reference_submission(course: Path):
+    """The release with every answer cell holding the reference code of the course's source."""
+    source = nbformat.read(course / "source" / ASSIGNMENT / NOTEBOOK_NAME, as_version=4)
+    for cell in source.cells:
+        if nbgrader_meta(cell).get("solution"):
+            cell.source = strip_solution_markers(cell.source)
+    release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
+    return filled_submission(release, source)
+
+
+def preflight(course: Path, *, jobs: int, limits: Limits, sandbox: bool, cgroup_bases) -> float:
+    """Grade the reference solution exactly as the batch will grade; seconds it took.
+
+    Raises `GraderFault` unless it earns full marks on every grade cell.
+    """
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="ch34-preflight-") as scratch:
+        path = Path(scratch) / "reference-solution.ipynb"
+        nbformat.write(reference_submission(course.resolve()), path)
+        (outcome,) = grade_all(
+            [Submission("reference-solution", path, path.name)],
+            Path(scratch) / "report",
+            course=course,
+            jobs=jobs,
+            limits=limits,
+            sandbox=sandbox,
+            cgroup_bases=cgroup_bases,
+            progress=io.StringIO(),
+            stop_on_fault=False,
+        )
+    release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
+    points = dict(report.grade_columns(release))
+    lost = {
+        grade_id: outcome.scores.get(grade_id, (0.0, p))[0]
+        for grade_id, p in points.items()
+        if outcome.scores.get(grade_id, (0.0, p))[0] < p
+    }
+    if outcome.status == "graded" and not lost:
+        return time.monotonic() - began
+    earned = sum(score for score, _ in outcome.scores.values())
+    what = f"ended {outcome.status}" + (f": {outcome.reason}" if outcome.reason else "")
+    if outcome.status == "graded":
+        what = "lost points on " + ", ".join(f"{g} ({s:g}/{points[g]:g})" for g, s in lost.items())
+    check = {
+        "kernel_died": "can the kernel start in the sandbox (bubblewrap, the Python installation "
+        "it binds), is --memory-gb high enough",
+        "grader_crash": "the memory limit (--memory-gb), the cgroup limits, free disk space",
+        "grader_error": "the nbgrader log above; rebuild the grading course with `make notebooks`",
+        "timeout": "--cell-timeout and --notebook-timeout, and how busy this machine is",
+        "graded": "that the grading course matches the source (`make notebooks`), and the "
+        "limits: --memory-gb (torch alone maps about 1.5 GiB), --cell-timeout if a test is slow "
+        "on this machine",
+    }.get(outcome.status, "the reason above")
+    raise GraderFault(
+        f"preflight failed: the reference solution, graded exactly as the students' notebooks "
+        f"would be (this Python, sandbox {'bubblewrap' if sandbox else 'none'}, the same limits), "
+        f"scored {earned:g}/{sum(points.values()):g} and {what}. Nobody was graded and nothing "
+        f"was written into the report. Check: {check}."
+    )
 
 
 def page_name(student_id: str) -> str:
@@ -325,7 +441,9 @@ def main(argv=None) -> int:
         "submissions", type=Path, help="folder or .zip of the downloaded submissions"
     )
     parser.add_argument(
-        "--roster", type=Path, help="CSV: student_id[,name,lms_user_id,email]: maps names to ids, keys the LMS files"
+        "--roster",
+        type=Path,
+        help="CSV: student_id[,name,lms_user_id,email]: maps names to ids, keys the LMS files",
     )
     parser.add_argument(
         "--name-pattern",
@@ -351,6 +469,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--memory-gb", type=float, default=Limits.memory_bytes / 2**30, help="kernel memory cap"
     )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="grade every submission even when most fail the same way on the grader's side",
+    )
     args = parser.parse_args(argv)
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
     try:
@@ -367,6 +490,8 @@ def grade_intake(intake, args, limits: Limits) -> int:
     submissions = intake.submissions
     if intake.skipped:
         print(intake.not_graded(), file=sys.stderr)
+    if intake.warnings():
+        print(intake.warnings(), file=sys.stderr)
     if not submissions:
         intake.write_csv(args.report / "intake.csv")
         print(f"error: no .ipynb files in {args.submissions}", file=sys.stderr)
@@ -390,16 +515,41 @@ def grade_intake(intake, args, limits: Limits) -> int:
         f"{'bubblewrap' if sandbox else 'NONE'}, cgroup limits: {caps}",
         file=sys.stderr,
     )
-    outcomes = grade_all(
-        submissions,
-        args.report,
-        course=args.course,
-        jobs=max(1, args.jobs),
-        limits=limits,
-        sandbox=sandbox,
-        cgroup_bases=cgroup_bases,
-        roster=args.roster,
-    )
+    problem = kernel_start_problem(limits, sandbox)
+    if problem:
+        print(
+            f"error: {problem}. Nobody was graded. Check that this Python's packages live "
+            "inside its own installation (not on PYTHONPATH or a symlink the sandbox does not "
+            "show), or run with --no-sandbox to see whether the sandbox is the cause.",
+            file=sys.stderr,
+        )
+        return 3
+    try:
+        seconds = preflight(
+            args.course,
+            jobs=max(1, args.jobs),
+            limits=limits,
+            sandbox=sandbox,
+            cgroup_bases=cgroup_bases,
+        )
+        print(
+            f"preflight: the reference solution earned full marks ({seconds:.1f} s)",
+            file=sys.stderr,
+        )
+        outcomes = grade_all(
+            submissions,
+            args.report,
+            course=args.course,
+            jobs=max(1, args.jobs),
+            limits=limits,
+            sandbox=sandbox,
+            cgroup_bases=cgroup_bases,
+            stop_on_fault=not args.keep_going,
+            roster=args.roster,
+        )
+    except GraderFault as fault:
+        print(f"error: {fault}", file=sys.stderr)
+        return 3
     print(report.summary_table(outcomes))
     intake.write_csv(args.report / "intake.csv", {o.student_id: o.status for o in outcomes})
     if intake.skipped:

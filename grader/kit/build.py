@@ -27,9 +27,10 @@ from traitlets.config import Config
 
 from .nbsource import (
     ASSIGNMENT,
-    COLAB_URL,
     NOTEBOOK_NAME,
     REPO_ROOT,
+    colab_texts,
+    github_repo,
     nbgrader_meta,
     read_source,
     strip_hidden_tests,
@@ -60,8 +61,10 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
     which the autograder then restores into every submission in place of the learner's copy.
     """
     nb = read_source()
+    colab = colab_texts(github_repo())
     for cell in nb.cells:
-        cell.source = cell.source.replace("{{colab_url}}", COLAB_URL)
+        for placeholder, text in colab.items():
+            cell.source = cell.source.replace(placeholder, text)
         if for_grading and MEASUREMENT in cell.metadata.get("tags", []):
             cell.source = SKIPPED_MEASUREMENT
     if for_release or for_grading:

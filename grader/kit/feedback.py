@@ -1,11 +1,15 @@
-"""One self-contained HTML page per student: scores per TODO, what failed and why, what was repaired;
-or, for a submission that could not be graded, what happened and what to fix.
+"""One self-contained HTML page per student, in Chinese, that starts with the verdict.
+
+At the top: the score of each part, then each TODO's points and, for a TODO that lost points,
+which of its checks failed and the first message each gave; the teacher's adjustments; the
+repairs made before grading. Below, folded (`<details>`): the whole autograded notebook. For a
+submission that could not be graded: what happened and what to do, in Chinese.
 
 Rendered from nbgrader's autograded notebook and its gradebook scores. Hidden tests never
 appear: grade cells show their source with the hidden regions removed, and their errors show
-only the assertion's message (a traceback would quote the hidden test's lines). nbgrader's own
-`generate_feedback` shows hidden tests unless configured, and costs about 1.5 s a notebook
-(HTML re-parsed with BeautifulSoup); this page costs milliseconds.
+only the assertion's message (a traceback would quote the hidden test's lines). No machine path
+appears either (`scrub_paths`). nbgrader's own `generate_feedback` shows hidden tests unless
+configured, and costs about 1.5 s a notebook; this page costs milliseconds.
 """
 
 from __future__ import annotations
@@ -13,16 +17,90 @@ from __future__ import annotations
 import html
 import re
 
-from .nbsource import PARTS, nbgrader_meta, strip_hidden_tests
+from .nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# An absolute path of two parts or more (/tmp/ch34-grading-x/0001/scratch, /root/.venv/lib/...),
+# not a URL's (`https://host/...`) nor a fraction (`1/2`).
+MACHINE_PATH = re.compile(r"(?<![\w./:~-])(?:/[^\s/\"'<>()\[\]{},;:]+){2,}/?")
 STYLE = """
-body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; }
+body { font: 15px/1.5 system-ui, "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; }
 pre { background: #f6f8fa; padding: .6em; overflow-x: auto; white-space: pre-wrap; }
-table { border-collapse: collapse; } td, th { border: 1px solid #ccc; padding: .2em .6em; }
+table { border-collapse: collapse; margin: .4em 0 1em; } td, th { border: 1px solid #ccc; padding: .2em .6em; vertical-align: top; text-align: left; }
 .pass { color: #1a7f37; } .fail { color: #cf222e; } .cell { border-left: 4px solid #ccc; padding-left: .8em; margin: 1em 0; }
 .cell.fail { border-color: #cf222e; } .cell.pass { border-color: #1a7f37; }
+.todos { width: 100%; } .todos td:nth-child(-n+2) { white-space: nowrap; } .todos td:nth-child(3) { width: 100%; }
+.note { background: #fff8c5; border: 1px solid #d4a72c; padding: .6em 1em; }
+ul.checks { margin: 0; padding-left: 1.2em; } code { font-size: 90%; }
+details > summary { cursor: pointer; font-size: 1.3em; font-weight: bold; margin: 1em 0; }
 """
+
+# What the student reads per status: what happened, and what to do about it.
+TEACHER_WILL_LOOK = "这不是你的问题，不需要重新提交：老师会查看并重新评分。"
+STATUS_TEXT = {
+    "graded": ("已自动评分。", ""),
+    "flagged": (
+        "你的 notebook 里有看起来会干扰评分的代码（例如替换内置函数、读取隐藏测试），本次暂记 0 分。",
+        "老师会人工复查；如果你认为这是误判，请直接联系老师。",
+    ),
+    "kernel_died": (
+        "运行你的 notebook 时，Python 内核中途退出了（例如调用了 os._exit、程序崩溃或超过内存上限）。",
+        "在 Jupyter 或 Colab 中选择“重启并运行全部单元格”，确认能从头跑完，再重新提交。",
+    ),
+    "timeout": (
+        "运行你的 notebook 超过了时间上限：某个单元格一直没有结束（死循环，或忽略了中断？）。",
+        "检查循环的结束条件，从头运行一遍，确认几分钟内能跑完，再重新提交。",
+    ),
+    "empty_file": (
+        "提交的文件是空的。",
+        "先保存 notebook，再用“文件 → 下载 → 下载 .ipynb”重新下载，然后提交这个文件。",
+    ),
+    "invalid_json": (
+        "提交的文件已损坏，不是可以读取的 notebook（JSON 格式错误或不是 UTF-8 文本）。",
+        "不要手动编辑 .ipynb 文件；用“文件 → 下载 → 下载 .ipynb”重新下载，然后提交这个文件。",
+    ),
+    "not_a_notebook": (
+        "提交的文件不是 Jupyter notebook（或是太旧的 notebook 格式）。",
+        "在 Jupyter 或 Colab 中打开你做作业的 notebook，保存后下载 .ipynb 文件再提交。",
+    ),
+    "wrong_assignment": (
+        "提交的 notebook 不是本次作业（第 34 章：前缀缓存与分块预填充）。",
+        "请提交你为本次作业完成的那个 notebook。",
+    ),
+    "unreadable": (
+        "评分程序读不到你提交的文件。",
+        "请重新下载后再提交一次；如果仍然这样，请联系老师。",
+    ),
+    "grader_crash": ("评分程序在评你的 notebook 时自身出了故障。", TEACHER_WILL_LOOK),
+    "grader_error": ("评分程序没能完成对你的 notebook 的评分。", TEACHER_WILL_LOOK),
+}
+
+# normalize.py's repair lines (English, for the instructor) as the student reads them.
+REPAIR_TEXT = (
+    (r"set the missing notebook format version", "补上了缺失的 notebook 格式版本号"),
+    (r"(?:upgraded|converted) notebook format (4\.\d+)", r"把 notebook 格式从 \1 转换为 4.5"),
+    (r"removed Colab notebook metadata", "删除了 Colab 写入的 notebook 元数据"),
+    (r"dropped (\d+) malformed", r"丢弃了 \1 个已损坏的单元格"),
+    (r"turned (\d+) .* into raw cells", r"把 \1 个类型不明的单元格改为 raw 单元格"),
+    (r"assigned (\d+) missing cell id", r"补上了 \1 个缺失的单元格 id"),
+    (r"replaced (\d+) duplicated cell id", r"替换了 \1 个重复的单元格 id"),
+    (r"replaced (\d+) invalid cell id", r"替换了 \1 个无效的单元格 id"),
+    (r"removed Colab metadata from (\d+) cell", r"删除了 \1 个单元格上 Colab 写入的元数据"),
+    (r"kept (\d+) duplicates? of (\S+) as scratch", r"\2 的 \1 个副本保留为草稿单元格（不评分）"),
+    (
+        r"re-attached (\d+) cells? whose nbgrader metadata was lost: (.*)",
+        r"\1 个单元格丢失了评分元数据，已按内容重新对应：\2",
+    ),
+    (r"put (\d+) moved cells? back", r"把 \1 个被移动的单元格放回原来的位置"),
+    (r"restored (\d+) deleted instruction cell", r"恢复了 \1 个被删除的说明单元格"),
+    (
+        r"restored deleted solution cell (\S+)",
+        r"恢复了被删除的答案单元格 \1（恢复后是未作答的初始代码）",
+    ),
+    (r"restored deleted (?:[\w-]+) cell (\S+)", r"恢复了被删除的单元格 \1"),
+    (r"restored (\w+) type of (?:[\w-]+) cell (\S+)", r"把单元格 \2 的类型恢复为 \1"),
+    (r"restored edited (?:[\w-]+) cell (\S+)", r"恢复了被改动的只读单元格 \1（测试按原样运行）"),
+)
 
 
 def render(
@@ -35,35 +113,138 @@ def render(
     repairs=(),
     overrides=(),
 ) -> str:
-    """The feedback page. `scores` maps grade_id to (score, max_score); `nb` is the autograded notebook."""
-    total = sum(score for score, _ in scores.values())
-    maximum = sum(points for _, points in scores.values())
-    parts = [f"<h1>{esc(student_id)}：{total:g} / {maximum:g}</h1>", overrides_section(overrides)]
+    """The feedback page. `scores` maps grade_id to (score, max_score); `nb` is the autograded notebook.
+
+    `reason` is the instructor's (English) and is not shown; the student reads `STATUS_TEXT`.
+    `overrides` are the teacher's adjustments: dicts with `column`, `value` and `note`.
+    """
+    messages = failure_messages(nb)
+    counted = [part for part in PARTS if part.counted]
+    total = sum(s for g, (s, _) in scores.items() if part_counts(g, counted))
+    maximum = sum(p for g, (_, p) in scores.items() if part_counts(g, counted))
+    parts = [f"<h1>{esc(student_id)}：{total:g} / {maximum:g}</h1>"]
     if status != "graded":
-        parts.append(f"<p class=fail><b>{esc(status)}</b>：{esc(reason)}</p>")
-    parts.append(summary_table(scores))
-    if repairs:
-        parts.append(
-            f"<h2>评分前的修复</h2><p>你的 notebook 在评分前被整理过（不影响得分）：</p>{bullets(repairs)}"
-        )
-    parts.append("<h2>逐格结果</h2>")
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            parts.append(code_cell(cell, scores))
-    return page(student_id, "\n".join(parts))
+        what, todo = STATUS_TEXT.get(status, STATUS_TEXT["grader_error"])
+        parts.append(f"<p class='note fail'>{esc(what)}{esc(todo)}（状态：{esc(status)}）</p>")
+    parts.append(overrides_section(overrides))
+    parts.append(verdict(scores, messages))
+    parts.append(repairs_section(repairs))
+    cells = "\n".join(code_cell(cell, scores) for cell in nb.cells if cell.cell_type == "code")
+    parts.append(
+        f"<details><summary>完整的 notebook（逐格结果，点击展开）</summary>\n{cells}\n</details>"
+    )
+    return page(student_id, "\n".join(p for p in parts if p))
 
 
-def failure_page(student_id: str, status: str, reason: str, repairs=(), *, overrides=()) -> str:
-    """The page for a submission nbgrader could not grade: what happened and what to fix."""
+def failure_page(student_id: str, status: str, reason: str, repairs=(), overrides=()) -> str:
+    """The page for a submission nbgrader could not grade: what happened and what to do, in Chinese.
+
+    `reason` is the instructor's (English, may hold machine paths) and is not shown.
+    """
+    what, todo = STATUS_TEXT.get(status, STATUS_TEXT["grader_error"])
     parts = [
-        f"<h1>{esc(student_id)}：未能自动评分（{esc(status)}）</h1>",
-        f"<p>得分 0。原因：{esc(reason)}</p>",
+        f"<h1>{esc(student_id)}：未能自动评分</h1>",
+        f"<p class='note'>{esc(what)}</p>",
+        f"<p><b>怎么办：</b>{esc(todo)}</p>",
+        f"<p>状态：<code>{esc(status)}</code>。在重新评分之前，这次提交记 0 分。</p>",
         overrides_section(overrides),
+        repairs_section(repairs),
     ]
-    if repairs:
-        parts.append(f"<p>评分前做过的修复：</p>{bullets(repairs)}")
-    parts.append("<p>请按原因修改后重新下载 notebook（文件 → 下载 → .ipynb）再提交。</p>")
-    return page(f"{student_id}: {status}", "\n".join(parts))
+    return page(f"{student_id}: {status}", "\n".join(p for p in parts if p))
+
+
+def verdict(scores: dict, messages: dict) -> str:
+    """Per part: its subtotal, then one row per TODO with its points and its failed checks."""
+    groups: dict = {}
+    for grade_id, score in scores.items():
+        part = part_of(grade_id)
+        todo = todo_number(grade_id)
+        groups.setdefault(part, {}).setdefault(todo, []).append((grade_id, *score))
+    html_parts = []
+    for part in [*PARTS, None]:
+        if part not in groups:
+            continue
+        todos = groups[part]
+        earned = sum(s for checks in todos.values() for _, s, _ in checks)
+        points = sum(p for checks in todos.values() for _, _, p in checks)
+        title = part.title if part else "其他评分单元格"
+        note = "" if part is None or part.counted else "（不计入总分）"
+        css = "pass" if earned == points else "fail"
+        rows = "".join(
+            todo_row(todo, checks, messages)
+            for todo, checks in sorted(todos.items(), key=lambda t: (t[0] is None, t[0] or 0))
+        )
+        html_parts.append(
+            f"<h2>{esc(title)}：<span class={css}>{earned:g} / {points:g}</span>{note}</h2>"
+            f"<table class=todos><tr><th>TODO</th><th>得分</th><th>结果</th></tr>{rows}</table>"
+        )
+    return "\n".join(html_parts)
+
+
+def todo_row(todo, checks: list, messages: dict) -> str:
+    earned = sum(s for _, s, _ in checks)
+    points = sum(p for _, _, p in checks)
+    failed = [(grade_id, s, p) for grade_id, s, p in checks if s < p]
+    if not failed:
+        result = "<span class=pass>全部通过</span>"
+    else:
+        items = "".join(
+            f"<li><code>{esc(grade_id)}</code>（{s:g} / {p:g}）："
+            f"{esc(messages.get(grade_id) or '没有错误信息：这个检查没有通过')}</li>"
+            for grade_id, s, p in failed
+        )
+        result = f"<ul class=checks>{items}</ul>"
+    label = f"TODO {todo}" if todo is not None else esc(checks[0][0])
+    css = "pass" if not failed else "fail"
+    return f"<tr><td>{label}</td><td class={css}>{earned:g} / {points:g}</td><td>{result}</td></tr>"
+
+
+def failure_messages(nb) -> dict:
+    """grade_id -> the first thing that went wrong in that grade cell (error message or stderr)."""
+    messages = {}
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if cell.cell_type != "code" or not meta.get("grade"):
+            continue
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                text = f"{output.ename}: {output.evalue}" if output.evalue else output.ename
+            elif output.output_type == "stream" and output.name == "stderr":
+                text = "测试写出了错误输出（stderr）：" + output.text.strip()[:300]
+            else:
+                continue
+            messages[meta.get("grade_id", "")] = scrub_paths(ANSI.sub("", text))
+            break
+    return messages
+
+
+def repairs_section(repairs) -> str:
+    if not repairs:
+        return ""
+    return (
+        "<h2>评分前的整理</h2><p>你的 notebook 在评分前被自动整理过（不影响得分）：</p>"
+        + bullets(repair_text(line) for line in repairs)
+    )
+
+
+def repair_text(line: str) -> str:
+    """One repair line of normalize.py, in Chinese."""
+    for pattern, chinese in REPAIR_TEXT:
+        match = re.match(pattern, line)
+        if match:
+            return scrub_paths(match.expand(chinese))
+    return "对 notebook 的格式做了一处整理"
+
+
+def scrub_paths(text: str) -> str:
+    """`text` with every absolute machine path cut to its last part (`…/kernel.py`)."""
+    return MACHINE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], str(text))
+
+
+def part_counts(grade_id: str, counted) -> bool:
+    """Whether a grade cell's points go into the total (a cell of no part counts)."""
+    part = part_of(grade_id)
+    return part is None or part in counted
 
 
 def overrides_section(overrides) -> str:
@@ -88,7 +269,7 @@ def overrides_section(overrides) -> str:
 def page(title: str, body: str) -> str:
     """A complete, self-contained HTML document."""
     return (
-        '<!DOCTYPE html>\n<html lang="zh"><head><meta charset="utf-8">'
+        '<!DOCTYPE html>\n<html lang="zh-CN"><head><meta charset="utf-8">'
         f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
     )
 
@@ -97,37 +278,31 @@ def bullets(lines) -> str:
     return "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"
 
 
-def summary_table(scores: dict) -> str:
-    rows = "".join(
-        f"<tr><td>{esc(grade_id)}</td><td class={'pass' if score == points else 'fail'}>{score:g} / {points:g}</td></tr>"
-        for grade_id, (score, points) in scores.items()
-    )
-    return f"<table><tr><th>评分单元格</th><th>得分</th></tr>{rows}</table>"
-
-
 def code_cell(cell, scores: dict) -> str:
     meta = nbgrader_meta(cell)
     grade_id = meta.get("grade_id", "")
     is_grade = bool(meta.get("grade"))
     source = strip_hidden_tests(cell.source).rstrip() if is_grade else cell.source
-    verdict, css = "", ""
+    verdict_line, css = "", ""
     if grade_id in scores:
         score, points = scores[grade_id]
         css = "pass" if score == points else "fail"
-        verdict = f"<p class={css}><b>{esc(grade_id)}</b>：{score:g} / {points:g}</p>"
+        verdict_line = f"<p class={css}><b>{esc(grade_id)}</b>：{score:g} / {points:g}</p>"
     outputs = "".join(output_html(output, is_grade) for output in cell.get("outputs", []))
-    return f'<div class="cell {css}">{verdict}<pre>{esc(source)}</pre>{outputs}</div>'
+    return f'<div class="cell {css}">{verdict_line}<pre>{esc(source)}</pre>{outputs}</div>'
 
 
 def output_html(output, is_grade: bool) -> str:
     if output.output_type == "stream":
-        return f"<pre>{esc(output.text)}</pre>"
+        return f"<pre>{esc(scrub_paths(output.text))}</pre>"
     if output.output_type == "error":
         if is_grade:  # the message says what is wrong; the traceback would show hidden lines
-            return f"<pre class=fail>{esc(output.ename)}: {esc(output.evalue)}</pre>"
-        return f"<pre class=fail>{esc(ANSI.sub('', chr(10).join(output.traceback)))}</pre>"
+            text = f"{output.ename}: {output.evalue}"
+        else:
+            text = ANSI.sub("", chr(10).join(output.traceback))
+        return f"<pre class=fail>{esc(scrub_paths(text))}</pre>"
     text = output.get("data", {}).get("text/plain")
-    return f"<pre>{esc(text)}</pre>" if text else ""
+    return f"<pre>{esc(scrub_paths(text))}</pre>" if text else ""
 
 
 def esc(text) -> str:

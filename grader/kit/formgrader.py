@@ -77,13 +77,18 @@ def ensure_course(report_dir: Path, template: Path, progress=sys.stderr) -> Path
     return course
 
 
-def keep_notebook(report_dir: Path, student_id: str, autograded: str) -> None:
-    """Copy a graded submission's autograded notebook into the course (the parent, after grading)."""
+def read_autograded(autograded: str) -> bytes | None:
+    """The autograded notebook's bytes while its working copy still exists; None if there is none."""
+    return Path(autograded).read_bytes() if autograded and Path(autograded).exists() else None
+
+
+def keep_notebook(report_dir: Path, student_id: str, notebook: bytes | None) -> None:
+    """Put a graded submission's autograded notebook (`read_autograded`) into the course."""
     target = course_dir(report_dir) / "autograded" / student_id / ASSIGNMENT
     shutil.rmtree(target, ignore_errors=True)
-    if autograded and Path(autograded).exists():
+    if notebook is not None:
         target.mkdir(parents=True)
-        shutil.copy(autograded, target / NOTEBOOK_NAME)
+        (target / NOTEBOOK_NAME).write_bytes(notebook)
 
 
 def record(report_dir: Path, outcomes, overrides: dict | None = None) -> int:

@@ -88,13 +88,68 @@ def warm_up(release) -> None:
 
 
 def sandbox_available() -> bool:
-    """True when bubblewrap can create the namespaces the kernel sandbox needs."""
+    """True when bubblewrap can create the namespaces the kernel sandbox needs.
+
+    It says nothing about whether a kernel can start in there: `kernel_start_problem` does.
+    """
     if shutil.which("bwrap") is None:
         return False
     probe = os.system(
         "bwrap --ro-bind / / --unshare-pid --unshare-net --die-with-parent true >/dev/null 2>&1"
     )
     return probe == 0
+
+
+def kernel_python() -> str:
+    """The interpreter the kernelspec starts: this one, its directories resolved.
+
+    A virtualenv reached through a symlinked directory (`/tmp/venv -> /work/.venv`) gives
+    `sys.executable = /tmp/venv/bin/python`; the sandbox binds only the resolved trees, so that
+    path does not exist inside it and every kernel died. The file name itself stays unresolved:
+    a venv's `bin/python` is a symlink to the base interpreter, and following it would lose
+    the venv (Python finds `pyvenv.cfg` beside the path it was started by).
+    """
+    folder, name = os.path.split(os.path.abspath(sys.executable))
+    return os.path.join(os.path.realpath(folder), name)
+
+
+def python_roots() -> list[str]:
+    """The Python trees the sandbox shows the kernel (read-only), resolved."""
+    return sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
+
+
+def sandbox_environment(scratch: Path, memory_bytes: int, sandbox: bool) -> dict:
+    """The settings `sandbox.py` reads (see its docstring)."""
+    return {
+        "CH34_SANDBOX_SCRATCH": str(scratch),
+        "CH34_SANDBOX_PYTHON": os.pathsep.join(python_roots()),
+        "CH34_SANDBOX_MEMORY": str(memory_bytes),
+        "CH34_SANDBOX_BWRAP": "1" if sandbox else "0",
+    }
+
+
+def kernel_start_problem(limits: Limits, sandbox: bool) -> str | None:
+    """Start the kernel's interpreter the way every kernel will start (sandbox, memory limit)
+    and import ipykernel; None when that works, else what went wrong, for the instructor."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ch34-check-") as scratch:
+        env = {**os.environ, **sandbox_environment(Path(scratch), limits.memory_bytes, sandbox)}
+        run = subprocess.run(
+            [kernel_python(), str(SANDBOX_SCRIPT), "--check"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    if run.returncode == 0:
+        return None
+    return (
+        f"the kernel's Python ({kernel_python()}) could not start "
+        f"{'inside bubblewrap' if sandbox else 'without a sandbox'} "
+        f"(exit {run.returncode}): {run.stderr.strip()[-1500:] or 'no message'}"
+    )
 
 
 def grade_in_child(
@@ -124,7 +179,7 @@ def grade_in_child(
     (workdir / "kernels" / KERNEL_NAME / "kernel.json").write_text(
         json.dumps(
             {
-                "argv": [sys.executable, str(SANDBOX_SCRIPT), "{connection_file}"],
+                "argv": [kernel_python(), str(SANDBOX_SCRIPT), "{connection_file}"],
                 "display_name": "Python 3 (ch34 sandbox)",
                 "language": "python",
                 # SIGINT cannot cross bubblewrap's PID namespace; ask the kernel to interrupt itself instead.
@@ -132,17 +187,11 @@ def grade_in_child(
             }
         )
     )
-    # The sandbox shows the kernel only these Python trees (read-only) and the system's own files.
-    pythons = sorted(
-        {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    )
+    # The sandbox shows the kernel only the Python trees (read-only) and the system's own files.
+    os.environ.update(sandbox_environment(workdir / "scratch", limits.memory_bytes, sandbox))
     os.environ.update(
         JUPYTER_PATH=str(workdir),
         JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
-        CH34_SANDBOX_SCRATCH=str(workdir / "scratch"),
-        CH34_SANDBOX_PYTHON=os.pathsep.join(pythons),
-        CH34_SANDBOX_MEMORY=str(limits.memory_bytes),
-        CH34_SANDBOX_BWRAP="1" if sandbox else "0",
         # Kernels graded side by side share the cores: one BLAS/torch thread each, no oversubscription.
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),

@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import subprocess
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +23,12 @@ ASSIGNMENT = "ch34_prefix_cache"
 NOTEBOOK_NAME = f"{ASSIGNMENT}.ipynb"
 SOURCE_PATH = REPO_ROOT / "grader" / "source" / ASSIGNMENT / f"{ASSIGNMENT}.py"
 
-# The one place that names the repository: the "Open in Colab" badge is built from it.
-GITHUB_REPO = "inference-course/ch34-prefix-cache-kit"
-COLAB_URL = (
-    f"https://colab.research.google.com/github/{GITHUB_REPO}/blob/main/notebooks/{NOTEBOOK_NAME}"
+# The one setting that names the course's GitHub repository (the "Open in Colab" badge).
+COURSE_SETTINGS = REPO_ROOT / "grader" / "course.toml"
+_GITHUB_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_GITHUB_REMOTE = re.compile(
+    r"^(?:https://github\.com/|git@github\.com:|ssh://git@github\.com/)"
+    r"([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+?)(?:\.git)?/?$"
 )
 
 
@@ -57,6 +61,54 @@ def part_of(grade_id: str) -> Part | None:
     """The part a grade cell belongs to, or None when its id names no TODO of any part."""
     number = todo_number(grade_id)
     return next((part for part in PARTS if number in part.todos), None)
+
+
+def github_repo(settings: Path = COURSE_SETTINGS, root: Path = REPO_ROOT) -> str | None:
+    """The course's GitHub repository as "owner/name", or None when nothing names one.
+
+    `github_repo` in `settings` (grader/course.toml) when set; otherwise the `origin` remote
+    of the git checkout at `root` when it is a GitHub address. A malformed setting is an error.
+    """
+    with open(settings, "rb") as handle:
+        value = str(tomllib.load(handle).get("github_repo", "")).strip()
+    if value:
+        if not _GITHUB_REPO.match(value):
+            raise ValueError(
+                f'{settings}: github_repo = {value!r} is not of the form "owner/name" '
+                "(for https://github.com/owner/name); leave it empty to use the git remote"
+            )
+        return value
+    try:
+        remote = subprocess.run(
+            ["git", "-C", str(root), "remote", "get-url", "origin"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:  # no git: no remote to read
+        return None
+    match = _GITHUB_REMOTE.match(remote)
+    return match.group(1) if match else None
+
+
+def colab_url(repo: str) -> str:
+    """The address that opens the student notebook of GitHub repository `repo` in Colab."""
+    return f"https://colab.research.google.com/github/{repo}/blob/main/notebooks/{NOTEBOOK_NAME}"
+
+
+def colab_texts(repo: str | None) -> dict[str, str]:
+    """What the first cell's `{{colab_badge}}` and `{{colab_howto}}` become for `repo`."""
+    if repo:
+        return {
+            "{{colab_badge}}": "[![在 Colab 中打开](https://colab.research.google.com/assets/"
+            f"colab-badge.svg)]({colab_url(repo)})",
+            "{{colab_howto}}": "点上面的徽章，或在 Colab 里选「文件 → 打开笔记本 → GitHub」，"
+            f"粘贴 `{repo}` 后选 `notebooks/{NOTEBOOK_NAME}`。",
+        }
+    return {
+        "{{colab_badge}}": "**在 Colab 中打开：** 进入 https://colab.research.google.com ，"
+        f"选「文件 → 上传笔记本」，上传老师发给你的 `{NOTEBOOK_NAME}`。",
+        "{{colab_howto}}": "按上面的方法上传本 `.ipynb` 文件；做完后同样用「文件 → 下载」取回。",
+    }
 
 
 _SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", re.MULTILINE)

@@ -1,6 +1,7 @@
 """Start one notebook kernel inside a bubblewrap sandbox (the kernelspec's argv points here).
 
     python sandbox.py {connection_file}
+    python sandbox.py --check      # start this interpreter in the same sandbox, import ipykernel, exit
 
 Run by jupyter_client, never imported by the kit's other modules (the kernel launches with
 an unknown working directory, so this file imports nothing from the repository). Its
@@ -37,11 +38,27 @@ SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/l
 
 def sandbox_argv(connection_file: str) -> list:
     """The bwrap command line that runs ipykernel on `connection_file`."""
-    scratch = os.environ["CH34_SANDBOX_SCRATCH"]
     # With the IPC transport the connection file's "ip" is the path prefix of the sockets:
     # that directory, and a copy of the connection file in it, is all the kernel shares with us.
     runtime_dir = os.path.dirname(json_ip(connection_file))
     connection_file = shutil.copy(connection_file, runtime_dir)
+    return bwrap_argv(runtime_dir) + [
+        sys.executable,
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        connection_file,
+    ]
+
+
+def bwrap_argv(runtime_dir: str) -> list:
+    """bubblewrap's options, up to the command: the file system, namespaces and environment.
+
+    This interpreter (`sys.executable`, the kernelspec's argv[0]) must be reachable inside:
+    its path may not go through a symlinked directory that is not bound (the grader passes
+    the path with its directories resolved, and the resolved Python trees to bind).
+    """
+    scratch = os.environ["CH34_SANDBOX_SCRATCH"]
     argv = ["bwrap", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in SYSTEM_PATHS:
         if os.path.islink(path):  # merged /usr: /bin -> usr/bin
@@ -62,7 +79,7 @@ def sandbox_argv(connection_file: str) -> list:
     argv += ["--setenv", "HOME", scratch, "--setenv", "TMPDIR", "/tmp"]
     for name in GRADER_VARIABLES:
         argv += ["--unsetenv", name]
-    return argv + [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+    return argv
 
 
 def json_ip(connection_file: str) -> str:
@@ -71,7 +88,23 @@ def json_ip(connection_file: str) -> str:
         return os.path.abspath(json.load(handle)["ip"])
 
 
+def check() -> int:
+    """Start this interpreter exactly as a kernel would start, import ipykernel, and exit.
+
+    Its exit status and stderr are bubblewrap's or Python's own: the grader shows them to the
+    instructor when the kernel cannot start (a path the sandbox does not show, a missing package).
+    """
+    import subprocess
+
+    command = [sys.executable, "-c", "import ipykernel.kernelapp"]
+    if os.environ.get("CH34_SANDBOX_BWRAP", "1") == "1":
+        command = bwrap_argv(os.environ["CH34_SANDBOX_SCRATCH"]) + command
+    return subprocess.run(command, stdin=subprocess.DEVNULL).returncode
+
+
 def main() -> None:
+    if sys.argv[1] == "--check":
+        sys.exit(check())
     connection_file = sys.argv[1]
     memory = int(os.environ.get("CH34_SANDBOX_MEMORY", "0"))
     if memory:

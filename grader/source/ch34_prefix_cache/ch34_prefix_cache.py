@@ -13,12 +13,12 @@
 # %% [markdown]
 # # 第 34 章　前缀缓存（Prefix Caching）与分块预填充（Chunked Prefill）
 #
-# [![在 Colab 中打开](https://colab.research.google.com/assets/colab-badge.svg)]({{colab_url}})
+# {{colab_badge}}
 #
 # **难度：** 困难　|　**环境：** 先在 CPU 上跑通，GPU 只用于最后的可选实验　|　**关键词：** prefix caching、chunked prefill、KV cache 复用
 #
 # **怎么运行这本 notebook**
-# - **Google Colab：** 点上面的徽章，或在 Colab 里选「文件 → 打开笔记本 → GitHub」，粘贴本仓库地址后选 `notebooks/ch34_prefix_cache.ipynb`。
+# - **Google Colab：** {{colab_howto}}
 # - **魔搭社区（ModelScope）：** 登录后进入「我的 Notebook」，启动免费的 CPU 实例（做最后的 GPU 实验时选 GPU 实例），在 JupyterLab 左侧上传本 `.ipynb` 文件后双击打开；也可以在实例的终端里 `git clone` 本仓库。
 # - 本 notebook 只依赖 Python 标准库和 PyTorch（Colab 与魔搭实例都已预装），不从仓库里 import 任何东西，单个文件即可运行。
 # - **最低版本：** Python 3.10、PyTorch 1.11。Colab 默认运行时（Python 3.13、torch 2.11）和魔搭的镜像（Python 3.12、torch 2.10；旧镜像 Python 3.11、torch 2.3.1）都满足。

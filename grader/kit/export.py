@@ -1,0 +1,134 @@
+"""The solutions for students, after the deadline: one self-contained HTML file and its PDF.
+
+    python -m grader.kit.export [--out export]
+
+Reads the committed, executed solutions notebook (`solutions/`) and writes
+`export/ch34_prefix_cache_solutions.html` and `.pdf`. The HTML needs no network: nbconvert's
+template would load MathJax (and require.js) from a CDN, so the maths is converted to MathML
+here (latex2mathml; Chromium and Firefox render MathML natively), the template's scripts are
+(MathJax, require.js, mermaid) dropped, plots are embedded and pictures on the web (the Colab badge) become links. The PDF is
+that HTML printed by Debian's headless Chromium (`make export` installs it, and the Chinese
+fonts, when it may).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+from jinja2 import DictLoader
+from latex2mathml.converter import convert as latex_to_mathml
+from nbconvert import HTMLExporter
+
+from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
+
+HTML_NAME = f"{ASSIGNMENT}_solutions.html"
+PDF_NAME = f"{ASSIGNMENT}_solutions.pdf"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_css -%}{{ super() }}<style>
+:root {
+  --ch34-sans: system-ui, "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", sans-serif;
+  --jp-content-font-family: var(--ch34-sans);
+  --jp-ui-font-family: var(--ch34-sans);
+}
+math[display="block"] { margin: 1em 0; font-size: 1.15em; }
+@page { size: A4; margin: 15mm; }
+@media print { .jp-Cell { break-inside: avoid-page; } }
+</style>{%- endblock html_head_css -%}
+"""
+# Code (fenced blocks, inline spans) is left alone; maths is $$...$$ or $...$ outside it.
+CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.DOTALL)
+DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.DOTALL)
+INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$(?!\d)")
+WEB_IMAGE = re.compile(r"!\[([^\]]*)\]\((https?://[^)\s]+)\)")
+
+
+def markdown_with_mathml(text: str) -> str:
+    """`text` with every LaTeX formula outside code replaced by MathML, web images by their alt text."""
+    pieces = CODE.split(text)
+    for k in range(0, len(pieces), 2):  # even pieces are prose, odd ones code
+        prose = DISPLAY_MATH.sub(lambda m: mathml(m.group(1), "block"), pieces[k])
+        prose = INLINE_MATH.sub(lambda m: mathml(m.group(1), "inline"), prose)
+        pieces[k] = WEB_IMAGE.sub(lambda m: m.group(1) or "链接", prose)
+    return "".join(pieces)
+
+
+def mathml(latex: str, display: str) -> str:
+    # One line: a blank line would end the markdown HTML block around a display formula.
+    return latex_to_mathml(latex.strip(), display=display).replace("\n", "")
+
+
+def export_html(solutions: Path, target: Path) -> Path:
+    """Write the self-contained HTML of the solutions notebook to `target`."""
+    nb = nbformat.read(solutions, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = markdown_with_mathml(cell.source)
+    exporter = HTMLExporter(
+        extra_loaders=[DictLoader({"ch34_export.html.j2": TEMPLATE})],
+        template_file="ch34_export.html.j2",
+        language_code="zh",
+    )
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": "第 34 章 参考答案"}})
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(body, encoding="utf-8")
+    return target
+
+
+def browser() -> str:
+    """The headless browser that prints the PDF, or SystemExit saying how to get one."""
+    for name in BROWSERS:
+        if shutil.which(name):
+            return name
+    raise SystemExit(
+        "error: no Chromium to print the PDF with: run `make export` as root (it installs "
+        "Debian's chromium and fonts-noto-cjk) or `sudo apt-get install chromium fonts-noto-cjk`"
+    )
+
+
+def export_pdf(html_file: Path, target: Path) -> Path:
+    """Print `html_file` to `target` with headless Chromium (no network needed)."""
+    with tempfile.TemporaryDirectory(prefix="ch34-chromium-") as profile:
+        run = subprocess.run(
+            [
+                browser(),
+                "--headless",
+                "--no-sandbox",  # root in a container: Chromium's own sandbox cannot start
+                "--disable-gpu",
+                f"--user-data-dir={profile}",
+                "--no-pdf-header-footer",
+                f"--print-to-pdf={target.resolve()}",
+                html_file.resolve().as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    if run.returncode != 0 or not target.exists() or target.stat().st_size == 0:
+        raise SystemExit(f"error: Chromium could not print {html_file}: {run.stderr[-1500:]}")
+    return target
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Write the solutions as offline HTML and PDF.")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "export")
+    parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions" / NOTEBOOK_NAME)
+    args = parser.parse_args(argv)
+    html_file = export_html(args.solutions, args.out / HTML_NAME)
+    pdf_file = export_pdf(html_file, args.out / PDF_NAME)
+    print(f"wrote {html_file} and {pdf_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""`make export`: the solutions as offline HTML and PDF, opened in a real headless browser.
+
+Needs Debian's chromium, poppler-utils and fonts-noto-cjk (`make test` installs them as root).
+The screenshots stay in the test's temporary folder for a person to look at.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+
+import pytest
+import websocket
+from PIL import Image
+
+from grader.kit.export import HTML_NAME, PDF_NAME, browser, markdown_with_mathml
+from grader.kit.nbsource import REPO_ROOT
+
+RAW_TEX = re.compile(r"\$[^$\s][^$]*\$|\\frac|\\,")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    for tool in ("pdftoppm", "pdftotext"):
+        assert shutil.which(tool), f"{tool} is missing: run `make export-tools` (poppler-utils)"
+    out = tmp_path_factory.mktemp("export")
+    run = subprocess.run(
+        [sys.executable, "-m", "grader.kit.export", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out
+
+
+def chromium(*args, timeout=180):
+    return subprocess.run(
+        [browser(), "--headless", "--no-sandbox", "--disable-gpu", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_html_loads_nothing_from_the_network(exported):
+    page = (exported / HTML_NAME).read_text(encoding="utf-8")
+    fetched = re.findall(
+        r"<(?:script|img|link|iframe)\b[^>]*\b(?:src|href)=\"(https?:[^\"]+)", page
+    )
+    assert fetched == []
+    assert "mathjax" not in page.lower() and "import(" not in page
+
+
+def test_html_maths_is_mathml_in_a_real_browser(exported):
+    html_file = exported / HTML_NAME
+    dom = chromium("--dump-dom", html_file.as_uri()).stdout
+    assert dom.count("<math") >= 2, "both formulas of the notebook become MathML"
+    text = re.sub(r"<pre\b.*?</pre>|<code\b.*?</code>|<[^>]+>", " ", dom, flags=re.DOTALL)
+    assert not RAW_TEX.search(text), RAW_TEX.search(text)
+    shot = exported / "html.png"
+    chromium(
+        "--hide-scrollbars", f"--screenshot={shot}", "--window-size=1200,1600", html_file.as_uri()
+    )
+    image = Image.open(shot).convert("L")
+    assert image.getextrema()[0] < 100, "the screenshot shows text"
+
+
+def test_pdf_prints_the_maths_and_the_chinese_glyphs(exported):
+    pdf = exported / PDF_NAME
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+    assert "前缀缓存" in text and "分块预填充" in text
+    assert not RAW_TEX.search(text), RAW_TEX.search(text)
+    # MathML's identifiers print in mathematical italic (U+1D446 ...), never as TeX source
+    assert "𝐿𝑑𝑇" in text and "𝑆" in text and "ℎ" in text, "S(h, T) = ... as MathML prints it"
+    subprocess.run(
+        ["pdftoppm", "-r", "60", "-png", "-f", "1", "-l", "1", str(pdf), str(exported / "pdf")],
+        check=True,
+    )
+
+
+def test_browser_draws_the_chinese_with_a_chinese_font_and_the_maths_with_glyphs(exported):
+    # The fonts the browser really used for a node (DevTools' CSS.getPlatformFontsForNode):
+    # a box drawn for a missing glyph would show up as a Latin font here, or as none.
+    url = (exported / HTML_NAME).as_uri()
+    title, formula = platform_fonts(url, ["h1", "math[display=block] mi"])
+    assert any("CJK" in f["familyName"] and f["glyphCount"] > 0 for f in title), title
+    assert sum(f["glyphCount"] for f in formula) > 0, formula
+
+
+def platform_fonts(url: str, selectors: list[str]) -> list[list[dict]]:
+    """For each CSS selector, the platform fonts headless Chromium drew its first match with."""
+    profile = tempfile.mkdtemp(prefix="ch34-cdp-")
+    proc = subprocess.Popen(
+        [browser(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}"]
+        + ["--remote-debugging-port=0", "about:blank"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in proc.stderr:
+            if match := re.search(r"DevTools listening on ws://[^:]+:(\d+)/", line):
+                break
+        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{match.group(1)}/json"))
+        page = next(t for t in targets if t["type"] == "page")
+        ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=60)
+        calls = iter(range(1, 10**6))
+
+        def call(method, **params):
+            ident = next(calls)
+            ws.send(json.dumps({"id": ident, "method": method, "params": params}))
+            while (reply := json.loads(ws.recv())).get("id") != ident:
+                pass
+            assert "error" not in reply, reply
+            return reply["result"]
+
+        call("Page.enable")
+        call("Page.navigate", url=url)
+        while json.loads(ws.recv()).get("method") != "Page.loadEventFired":
+            pass
+        call("DOM.enable")
+        call("CSS.enable")
+        root = call("DOM.getDocument")["root"]["nodeId"]
+        found = []
+        for selector in selectors:
+            node = call("DOM.querySelector", nodeId=root, selector=selector)["nodeId"]
+            assert node, f"nothing matches {selector}"
+            found.append(call("CSS.getPlatformFontsForNode", nodeId=node)["fonts"])
+        ws.close()
+        return found
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_maths_in_code_stays_code_and_dollar_amounts_stay_text():
+    text = "成本 `$x$` 与\n```\nprint('$i$')\n```\n位置 $i$，价格 5$ 和 10$"
+    converted = markdown_with_mathml(text)
+    assert "`$x$`" in converted and "print('$i$')" in converted
+    assert (
+        '<math xmlns="http://www.w3.org/1998/Math/MathML" display="inline"><mrow><mi>i</mi>'
+        in converted
+    )
+    assert "5$ 和 10$" in converted
