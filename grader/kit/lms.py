@@ -21,12 +21,12 @@ or for a student not in it, the files say the student_id only (Canvas's `SIS Use
 
 from __future__ import annotations
 
-import csv
 from collections import Counter
 from pathlib import Path
 
 from .nbsource import ASSIGNMENT, PARTS
-from .report import open_csv, write_csv
+from .report import write_csv
+from .roster import Roster, RosterError
 
 ROSTER_COLUMNS = ["student_id", "name", "lms_user_id", "email"]
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", ASSIGNMENT]
@@ -34,27 +34,14 @@ MOODLE_COLUMNS = ["ID number", "Email address", "User ID", "Full name", ASSIGNME
 
 
 def read_roster(path: Path | None) -> dict[str, dict]:
-    """The roster as {student_id: row}; {} for no roster. Exits with a clear message if it is bad."""
+    """The roster (`roster.py`) as {student_id: row}; {} for no roster. Exits if it is bad."""
     if path is None:
         return {}
-    if not path.is_file():
-        raise SystemExit(
-            f"error: roster {path} does not exist (ROSTER=<csv with a student_id column>)"
-        )
-    with open_csv(path) as handle:
-        reader = csv.DictReader(handle)
-        if "student_id" not in (reader.fieldnames or []):
-            raise SystemExit(
-                f"error: {path}: the first line must name the columns, `student_id` among them "
-                f"(then any of {', '.join(ROSTER_COLUMNS[1:])}); found {reader.fieldnames}"
-            )
-        roster = {}
-        for row in reader:
-            student = (row.get("student_id") or "").strip()
-            if not student:
-                raise SystemExit(f"error: {path}, line {reader.line_num}: empty student_id")
-            roster[student] = {k: (row.get(k) or "").strip() for k in ROSTER_COLUMNS}
-    return roster
+    try:
+        rows = Roster.read(path).rows
+    except RosterError as error:
+        raise SystemExit(f"error: {error}") from None
+    return {row["student_id"]: {k: row.get(k, "") for k in ROSTER_COLUMNS} for row in rows}
 
 
 def write_lms_files(report_dir: Path, rows: list[dict], roster: dict[str, dict]) -> list[str]:

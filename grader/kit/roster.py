@@ -5,7 +5,7 @@
 
 `student_id` is required and unique; `name`, `lms_user_id` (the LMS's own user number, as
 Moodle and Canvas put it in file names; for Moodle the participant number of the assignment)
-and `email` are optional. Read as UTF-8, with or without Excel's BOM.
+and `email` are optional. Read as Excel saves it: UTF-8 (with or without a BOM) or GBK.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass
 from pathlib import Path
+
+from .report import open_csv
 
 
 class RosterError(Exception):
@@ -27,22 +29,23 @@ class Roster:
 
     @classmethod
     def read(cls, path: Path) -> Roster:
-        """Read a roster CSV (UTF-8, BOM or not); a RosterError says what is wrong."""
+        """Read a roster CSV (UTF-8, BOM or not, or GBK); a RosterError says what is wrong."""
+        if not path.is_file():
+            raise RosterError(f"roster {path} does not exist: check ROSTER=")
         try:
-            with path.open(newline="", encoding="utf-8-sig") as handle:
-                reader = csv.DictReader(handle)
-                header = [(h or "").strip().lower() for h in reader.fieldnames or []]
-                if "student_id" not in header:
-                    raise RosterError(
-                        f"roster {path} has no student_id column (its header is {header}): the "
-                        "first line must name the columns, e.g. student_id,name,lms_user_id,email"
-                    )
-                reader.fieldnames = header
-                rows = [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
-        except FileNotFoundError:
-            raise RosterError(f"roster {path} does not exist: check ROSTER=") from None
-        except UnicodeDecodeError:
-            raise RosterError(f"roster {path} is not UTF-8: save it as CSV UTF-8") from None
+            handle = open_csv(path)
+        except SystemExit as error:  # neither UTF-8 nor GBK
+            raise RosterError(str(error).removeprefix("error: ")) from None
+        with handle:
+            reader = csv.DictReader(handle)
+            header = [(h or "").strip().lower() for h in reader.fieldnames or []]
+            if "student_id" not in header:
+                raise RosterError(
+                    f"roster {path} has no student_id column (its header is {header}): the "
+                    "first line must name the columns, e.g. student_id,name,lms_user_id,email"
+                )
+            reader.fieldnames = header
+            rows = [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
         for key in ("student_id", "lms_user_id"):
             seen = {}
             for line, row in enumerate(rows, start=2):
