@@ -422,10 +422,10 @@ def page_name(student_id: str) -> str:
 
 
 def progress_line(outcome: Outcome, count: int, total: int, start: float) -> str:
-    """`[ 12/40] student  status  score/max  seconds  ETA`, the ETA from the mean time so far."""
+    """`[ 12/40] student  status  score/max  seconds  ETA` (counted parts, as in grades.csv)."""
     eta = (time.monotonic() - start) / count * (total - count)
-    score = sum(s for s, _ in outcome.scores.values())
-    maximum = sum(m for _, m in outcome.scores.values())
+    score = report.counted_score(outcome.scores)
+    maximum = report.max_score([(g, m) for g, (_, m) in outcome.scores.items()])
     return (
         f"[{count:>3}/{total}] {outcome.student_id:<24} {outcome.status:<14} "
         f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s"
