@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from grader.kit.nbsource import NOTEBOOK_NAME
+from grader.kit.report import grade_columns
 from tests.conftest import autograde, read_nb
 from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS, with_scratch_cell
 
@@ -25,7 +26,7 @@ def attacked(fresh_build, tmp_path_factory):
         extra=["--cell-timeout", "30", "--notebook-timeout", "120"],
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    return {"run": run, "rows": rows, "report": report}
+    return {"run": run, "rows": rows, "report": report, "columns": grade_columns(release)}
 
 
 def test_the_attacks_were_graded_inside_the_sandbox(attacked):
@@ -52,9 +53,13 @@ def test_attack_ends_as_its_expected_status_and_score(attacked, attack):
     row = attacked["rows"][attack.name]
     score, maximum = float(row["score"]), float(row["max_score"])
     assert row["status"] == attack.status, f"{row['status']}: {row['reason']}"
-    expected = {"full": score == maximum, "zero": score == 0, "partial": 0 < score < maximum}[
-        attack.score
-    ]
+    # Full means every grade cell full: the challenge part is not in `score`, but it counts here.
+    every_cell = all(float(row[grade_id]) == points for grade_id, points in attacked["columns"])
+    expected = {
+        "full": score == maximum and every_cell,
+        "zero": score == 0,
+        "partial": 0 < score < maximum,
+    }[attack.score]
     assert expected, f"score {score}/{maximum}, expected {attack.score}"
     if attack.status != "graded":
         assert row["reason"], "a row that is not graded must say why"
