@@ -31,6 +31,7 @@ from .nbsource import (
     REPO_ROOT,
     colab_texts,
     github_repo,
+    inline_checks,
     nbgrader_meta,
     read_source,
     strip_hidden_tests,
@@ -59,12 +60,15 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
 
     `for_release` drops solutions-only cells; `for_grading` also empties measurement cells,
     which the autograder then restores into every submission in place of the learner's copy.
+    Grade cells get the hidden checks they name inlined (`nbsource.inline_checks`).
     """
     nb = read_source()
     colab = colab_texts(github_repo())
     for cell in nb.cells:
         for placeholder, text in colab.items():
             cell.source = cell.source.replace(placeholder, text)
+        if cell.cell_type == "code" and nbgrader_meta(cell).get("grade"):
+            cell.source = inline_checks(cell.source)
         if for_grading and MEASUREMENT in cell.metadata.get("tags", []):
             cell.source = SKIPPED_MEASUREMENT
     if for_release or for_grading:
@@ -114,7 +118,7 @@ def solutions_notebook(*, run: bool = True) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        cell.source = strip_solution_markers(cell.source)
+        cell.source = strip_solution_markers(cell.source).rstrip("\n")
         if nbgrader_meta(cell).get("grade"):
             cell.source = strip_hidden_tests(cell.source).rstrip("\n")
     if run:
