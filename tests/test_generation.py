@@ -66,7 +66,8 @@ def test_solutions_notebook_is_executed_with_every_test_passing(fresh_build):
     stderr = [o.text for cell in code for o in cell.outputs if o.get("name") == "stderr"]
     assert not stderr, f"the solutions write to stderr (nbgrader would give 0 points): {stderr[:2]}"
     visible = next(cell for cell in nb.cells if cell.id == "visible_tests")
-    assert "测试通过" in "".join(o.get("text", "") for o in visible.outputs)
+    printed = "".join(o.get("text", "") for o in visible.outputs)
+    assert "全部通过" in printed and "❌" not in printed, printed
 
 
 def build_solutions(out, *extra):
