@@ -163,7 +163,7 @@ def grade_all(
                 if outcome is not None:  # could not even be normalised: no kernel needed
                     record(outcome, workdir, submission)
                     continue
-                groups = cgroups.make_groups(bases, f"ch34-{os.getpid()}-{index:04d}", caps)
+                groups = cgroups.make_groups(bases, f"{work_root.name}-{index:04d}", caps)
                 proc = context.Process(
                     target=grade_in_child,
                     args=(workdir, student_id, limits, sandbox, threads, groups),
