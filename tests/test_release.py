@@ -9,10 +9,18 @@ import nbformat
 import pytest
 
 from grader.kit.build import SOLUTIONS_ONLY, execute, source_notebook
-from grader.kit.nbsource import COLAB_URL, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, read_source
+from grader.kit.nbsource import (
+    CHECKS_DIR,
+    COLAB_URL,
+    NOTEBOOK_NAME,
+    REPO_ROOT,
+    nbgrader_meta,
+    read_source,
+)
 from tests.conftest import read_nb
 
 RELEASE = REPO_ROOT / "notebooks" / NOTEBOOK_NAME
+SOLUTIONS = REPO_ROOT / "solutions" / NOTEBOOK_NAME
 SEED_DIR = REPO_ROOT.parent / "shared" / "seed"
 SOLUTION_REGION = re.compile(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", re.S)
 HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
@@ -82,7 +90,11 @@ def test_every_todo_region_becomes_a_stub_that_raises_not_implemented():
 def test_core_todos_are_worth_100_points_and_numbered_in_the_seed_order():
     grades = [nbgrader_meta(c) for c in release().cells if nbgrader_meta(c).get("grade")]
     core = [g for g in grades if re.match(r"test_todo[1-8]_", g["grade_id"])]
-    assert [g["grade_id"].split("_")[1] for g in core] == [f"todo{i}" for i in range(1, 9)]
+    order = [g["grade_id"].split("_")[1] for g in core]
+    # Each TODO's checks are consecutive grade cells, the TODOs in the seed's order.
+    assert [t for i, t in enumerate(order) if i == 0 or order[i - 1] != t] == [
+        f"todo{i}" for i in range(1, 9)
+    ]
     assert sum(g["points"] for g in core) == 100
 
 
@@ -109,7 +121,32 @@ def test_the_class_the_learner_completes_is_one_code_cell_with_the_seed_api():
     assert todo_order == list(range(1, 9))
 
 
-def test_visible_test_cell_keeps_every_assertion_of_the_seed():
+def test_check_files_appear_neither_in_the_release_nor_in_the_solutions():
+    files = sorted(CHECKS_DIR.glob("todo*.py"))
+    assert files, f"no check files in {CHECKS_DIR}"
+    # A line the notebook shows anyway (`import random`, a closing bracket) proves nothing.
+    shown = {
+        ln.strip()
+        for c in read_source().cells
+        for ln in HIDDEN_REGION.sub("", c.source).splitlines()
+    }
+    for notebook in (RELEASE, SOLUTIONS):
+        text = "\n".join(cell.source for cell in read_nb(notebook).cells)
+        lines = {ln.strip() for ln in text.splitlines()}
+        for path in files:
+            hidden = {ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()}
+            leaked = (hidden - shown - {""}) & lines
+            assert not leaked, f"{path.name} in {notebook.name}: {sorted(leaked)[:5]}"
+        for marker in ("#| check:", "_hidden_code", "<hidden check>", "check_basic"):
+            assert marker not in text, f"{marker!r} in {notebook.name}"
+
+
+def assert_expressions(source: str) -> list[str]:
+    """Each assert's condition, as ast.dump (quotes, spacing and message do not matter)."""
+    return [ast.dump(n.test) for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Assert)]
+
+
+def test_visible_test_cell_keeps_every_assertion_of_the_seed_in_order():
     seeds = sorted(SEED_DIR.glob("*.txt"))
     if not seeds:
         pytest.skip(f"the seed chapter is not at {SEED_DIR}")
@@ -117,14 +154,28 @@ def test_visible_test_cell_keeps_every_assertion_of_the_seed():
     seed_test = seed[
         seed.index("def test_prefix_cache_manager") : seed.index("test_prefix_cache_manager()🛑")
     ]
-    normal = lambda line: re.sub(r"\s+", "", line.split("  #")[0]).replace("'", '"')  # noqa: E731
-    seed_asserts = [normal(ln) for ln in seed_test.splitlines() if ln.strip().startswith("assert")]
-    cell = next(c for c in release().cells if c.id == "visible_tests")
-    cell_asserts = [
-        normal(ln) for ln in cell.source.splitlines() if ln.strip().startswith("assert")
+    # The seed's text lost its indentation: each assert is read as a line of its own.
+    seed_asserts = [
+        expression
+        for ln in seed_test.splitlines()
+        if ln.strip().startswith("assert")
+        for expression in assert_expressions(ln.strip())
     ]
+    cell = next(c for c in release().cells if c.id == "visible_tests")
+    cell_asserts = iter(assert_expressions(cell.source))
     assert len(seed_asserts) == 14, "the seed test has 14 assertions"
-    assert cell_asserts == seed_asserts
+    # The cell may add checks (and messages), but keeps each of the seed's conditions, in order.
+    missing = [e for e in seed_asserts if not any(e == c for c in cell_asserts)]
+    assert not missing, f"seed assertions missing from the visible cell: {missing}"
+
+
+def test_every_visible_assertion_has_a_message_naming_its_todo():
+    cell = next(c for c in release().cells if c.id == "visible_tests")
+    asserts = [n for n in ast.walk(ast.parse(cell.source)) if isinstance(n, ast.Assert)]
+    assert len(asserts) >= 18
+    for node in asserts:
+        assert node.msg is not None, f"line {node.lineno}: an assert without a message"
+        assert re.match(r"TODO [1-8]: ", ast.unparse(node.msg).lstrip("f'\""))
 
 
 def test_first_cell_has_the_colab_badge_and_modelscope_instructions():

@@ -30,6 +30,7 @@ from .nbsource import (
     COLAB_URL,
     NOTEBOOK_NAME,
     REPO_ROOT,
+    inline_checks,
     nbgrader_meta,
     read_source,
     strip_hidden_tests,
@@ -58,10 +59,13 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
 
     `for_release` drops solutions-only cells; `for_grading` also empties measurement cells,
     which the autograder then restores into every submission in place of the learner's copy.
+    Grade cells get the hidden checks they name inlined (`nbsource.inline_checks`).
     """
     nb = read_source()
     for cell in nb.cells:
         cell.source = cell.source.replace("{{colab_url}}", COLAB_URL)
+        if cell.cell_type == "code" and nbgrader_meta(cell).get("grade"):
+            cell.source = inline_checks(cell.source)
         if for_grading and MEASUREMENT in cell.metadata.get("tags", []):
             cell.source = SKIPPED_MEASUREMENT
     if for_release or for_grading:
@@ -111,7 +115,7 @@ def solutions_notebook(*, run: bool = True) -> nbformat.NotebookNode:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        cell.source = strip_solution_markers(cell.source)
+        cell.source = strip_solution_markers(cell.source).rstrip("\n")
         if nbgrader_meta(cell).get("grade"):
             cell.source = strip_hidden_tests(cell.source).rstrip("\n")
     if run:

@@ -59,11 +59,70 @@ def part_of(grade_id: str) -> Part | None:
     return next((part for part in PARTS if number in part.todos), None)
 
 
-_SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n", re.MULTILINE)
+# A marker line goes with its newline; a marker ending the cell (no newline) goes too.
+_SOLUTION_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*(\n|\Z)", re.MULTILINE)
 _HIDDEN_BLOCK = re.compile(
     r"^[ \t]*### BEGIN HIDDEN TESTS[ \t]*\n.*?^[ \t]*### END HIDDEN TESTS[ \t]*(\n|$)",
     re.MULTILINE | re.DOTALL,
 )
+
+
+# Hidden checks live in plain files next to the source, one per TODO: `checks/todo<N>.py`.
+# A grade cell names one check inside its hidden block; the build inlines the file there.
+CHECKS_DIR = SOURCE_PATH.parent / "checks"
+_CHECK_LINE = re.compile(r"^#\| check: (todo\d+\.py)::(check_\w+)[ \t]*$", re.MULTILINE)
+HIDDEN_CHECK_FILENAME = "<hidden check>"  # what a traceback names: it cannot quote the lines
+_TRIPLE = "'" * 3
+
+
+def named_checks(text: str) -> list[tuple[str, str]]:
+    """The (file, function) pairs that `#| check: todo1.py::check_types` lines in `text` name."""
+    return _CHECK_LINE.findall(text)
+
+
+def check_file_text(filename: str) -> str:
+    """The text of one check file; a clear error when it is missing."""
+    path = CHECKS_DIR / filename
+    if not path.is_file():
+        raise SystemExit(f"a grade cell names {filename}, but {path} does not exist")
+    return path.read_text(encoding="utf-8")
+
+
+def load_checks(filename: str) -> dict:
+    """Run one check file as a grade cell does; return its namespace (the `check_*` functions)."""
+    scope: dict = {"__name__": "hidden_check"}
+    exec(compile(check_file_text(filename), HIDDEN_CHECK_FILENAME, "exec"), scope)
+    return scope
+
+
+def inline_checks(text: str) -> str:
+    """A grade cell with each `#| check: FILE::NAME` line replaced by the file's code and a call.
+
+    The file runs in a scope of its own (a learner's cell cannot replace one of its helpers),
+    compiled under a name no traceback can quote lines from; the check gets the notebook's
+    namespace. A raw triple-quoted string keeps the code readable in formgrader.
+    """
+
+    def inline(match: re.Match) -> str:
+        filename, name = match.groups()
+        code = check_file_text(filename).rstrip()
+        if _TRIPLE in code or code.endswith("\\"):
+            raise SystemExit(f"{filename} cannot be inlined: it holds {_TRIPLE} or ends in \\")
+        if not re.search(rf"^def {name}\(ns\)", code, re.MULTILINE):
+            raise SystemExit(f"a grade cell names {filename}::{name}, which it does not define")
+        return "\n".join(
+            (
+                f"_hidden_code = r{_TRIPLE}",
+                code,
+                _TRIPLE,
+                '_hidden_scope = {"__name__": "hidden_check"}',
+                f'exec(compile(_hidden_code, "{HIDDEN_CHECK_FILENAME}", "exec"), _hidden_scope)',
+                "del _hidden_code",
+                f'_hidden_scope["{name}"](globals())',
+            )
+        )
+
+    return _CHECK_LINE.sub(inline, text)
 
 
 def read_source(path: Path = SOURCE_PATH) -> nbformat.NotebookNode:

@@ -185,82 +185,96 @@ class PrefixCacheManager:
 # 运行下面的单元格检查你的实现。它与下方逐个 TODO 的评分单元格相互独立：这里全部通过，说明基本路径正确；评分时还会用随机输入、边界情况和多种 `block_size` 再检查一遍。
 
 # %% nbgrader={"grade": false, "grade_id": "visible_tests", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 运行此单元格以测试你的实现
+# 运行此单元格检查 TODO 1–8：每条断言的消息写明 TODO、输入、期望值和实际得到的值。
+# 这里只走基本路径，几秒内跑完；评分时每个 TODO 还有几格隐藏检查（见下方的自动评分单元格）。
+import traceback
+
+TODO_OF_METHOD = {
+    "_normalize": "TODO 1",
+    "_chunk_tokens": "TODO 2",
+    "add_prefix": "TODO 3",
+    "match_prefix": "TODO 4",
+    "split_prompt": "TODO 5",
+    "chunked_prefill_plan": "TODO 6",
+    "cache_stats": "TODO 7",
+    "chunked_suffix_prefill_plan": "TODO 8",
+}
+
+
 def test_prefix_cache_manager():
+    manager = PrefixCacheManager(block_size=2)
+    # 先单独看 TODO 1、2：后面的方法都建立在它们之上
+    got = manager._normalize((3, 1, 3))
+    assert type(got) is list and got == [3, 1, 3], f"TODO 1: _normalize((3, 1, 3)) 应返回普通 list [3, 1, 3]（保持顺序与重复），得到 {type(got).__name__} {got!r}"
+    got = manager._chunk_tokens(range(5))
+    assert got == [(0, 1), (2, 3), (4,)], f"TODO 2: block_size=2 时 _chunk_tokens(range(5)) 应返回 [(0, 1), (2, 3), (4,)]（每块一个 tuple，不满的尾块也保留），得到 {got!r}"
+    manager.add_prefix([1, 2, 3])
+    manager.add_prefix([1, 2, 9])
+    manager.add_prefix([1, 2, 3])  # 重复登记不应增加缓存条目
+    assert manager.cached_prefixes == [(1, 2, 3), (1, 2, 9)], f"TODO 3: 依次登记 [1, 2, 3]、[1, 2, 9]、[1, 2, 3] 后 cached_prefixes 应为 [(1, 2, 3), (1, 2, 9)]，得到 {manager.cached_prefixes!r}"
+    assert len(manager.chunked_prefixes) == 2, f"TODO 3: 重复 prefix 不应重复建立分块记录：登记三次（其中一次重复）后 chunked_prefixes 应有 2 条，得到 {len(manager.chunked_prefixes)} 条"
+    assert manager.chunked_prefixes[0] == [(1, 2), (3,)], f"TODO 3: block_size=2 时前缀 [1, 2, 3] 的分块应为 [(1, 2), (3,)]，得到 {manager.chunked_prefixes[0]!r}"
+    assert manager.match_prefix([1, 2, 3, 9]) == 3, f"TODO 4: 缓存 [(1, 2, 3), (1, 2, 9)] 时 match_prefix([1, 2, 3, 9]) 应为 3，得到 {manager.match_prefix([1, 2, 3, 9])!r}"
+    assert manager.match_prefix([1, 2, 9, 8]) == 3, f"TODO 4: match_prefix([1, 2, 9, 8]) 应为 3（命中 (1, 2, 9)），得到 {manager.match_prefix([1, 2, 9, 8])!r}"
+    assert manager.match_prefix([1, 2, 0]) == 0, f"TODO 4: match_prefix([1, 2, 0]) 应为 0（两个缓存前缀都没有完整出现在开头），得到 {manager.match_prefix([1, 2, 0])!r}"
+    got = manager.split_prompt([1, 2, 3, 9])
+    assert isinstance(got, tuple) and len(got) == 3, f"TODO 5: split_prompt([1, 2, 3, 9]) 应返回 3 元组 (prefix, suffix, hit_len)，得到 {got!r}"
+    prefix, suffix, hit_len = got
+    assert prefix == [1, 2, 3], f"TODO 5: split_prompt([1, 2, 3, 9]) 的 prefix 应为 [1, 2, 3]，得到 {prefix!r}"
+    assert suffix == [9], f"TODO 5: split_prompt([1, 2, 3, 9]) 的 suffix 应为 [9]，得到 {suffix!r}"
+    assert hit_len == 3, f"TODO 5: split_prompt([1, 2, 3, 9]) 的 hit_len 应为 3，得到 {hit_len!r}"
+    assert manager.chunked_prefill_plan([1, 2, 3, 4, 5]) == [(1, 2), (3, 4), (5,)], f"TODO 6: block_size=2 时 chunked_prefill_plan([1, 2, 3, 4, 5]) 应为 [(1, 2), (3, 4), (5,)]（整个 prompt 都切块），得到 {manager.chunked_prefill_plan([1, 2, 3, 4, 5])!r}"
+    stats = manager.cache_stats([1, 2, 3, 9])
+    assert stats == {"hit_tokens": 3, "uncached_tokens": 1, "reuse_ratio": 0.75}, f"TODO 7: cache_stats([1, 2, 3, 9]) 应为 {{'hit_tokens': 3, 'uncached_tokens': 1, 'reuse_ratio': 0.75}}，得到 {stats!r}"
+    stats = manager.cache_stats([])
+    assert stats == {"hit_tokens": 0, "uncached_tokens": 0, "reuse_ratio": 0.0} and type(stats["reuse_ratio"]) is float, f"TODO 7: 空 prompt 时 cache_stats([]) 应为 {{'hit_tokens': 0, 'uncached_tokens': 0, 'reuse_ratio': 0.0}}（reuse_ratio 是 float），得到 {stats!r}"
+    assert manager.chunked_suffix_prefill_plan([1, 2, 3, 9, 10]) == [(9, 10)], f"TODO 8: chunked_suffix_prefill_plan([1, 2, 3, 9, 10]) 应为 [(9, 10)]（只切未命中的 suffix），得到 {manager.chunked_suffix_prefill_plan([1, 2, 3, 9, 10])!r}"
+    assert manager.chunked_suffix_prefill_plan([1, 2, 3]) == [], f"TODO 8: 完整命中时不应生成 suffix chunk：chunked_suffix_prefill_plan([1, 2, 3]) 应为 []，得到 {manager.chunked_suffix_prefill_plan([1, 2, 3])!r}"
+    manager_small = PrefixCacheManager(block_size=3)
+    assert manager_small.chunked_prefill_plan([1, 2, 3, 4, 5, 6, 7]) == [(1, 2, 3), (4, 5, 6), (7,)], f"TODO 6: 不同 block_size 下分块边界不正确：block_size=3 时应为 [(1, 2, 3), (4, 5, 6), (7,)]，得到 {manager_small.chunked_prefill_plan([1, 2, 3, 4, 5, 6, 7])!r}"
+    print("✅ PrefixCacheManager 的可见测试全部通过（评分时还有更多隐藏检查）")
+
+
+def run_visible_test(test, todo_of_method):
+    """Run `test`; an unfinished TODO is named, any other exception keeps its type and says where."""
     try:
-        manager = PrefixCacheManager(block_size=2)
-        manager.add_prefix([1, 2, 3])
-        manager.add_prefix([1, 2, 9])
-        manager.add_prefix([1, 2, 3])  # 重复登记不应增加缓存条目
-        assert manager.cached_prefixes == [(1, 2, 3), (1, 2, 9)]
-        assert len(manager.chunked_prefixes) == 2, "重复 prefix 不应重复建立分块记录"
-        assert manager.chunked_prefixes[0] == [(1, 2), (3,)]
-        assert manager.match_prefix([1, 2, 3, 9]) == 3
-        assert manager.match_prefix([1, 2, 9, 8]) == 3
-        assert manager.match_prefix([1, 2, 0]) == 0
-        prefix, suffix, hit_len = manager.split_prompt([1, 2, 3, 9])
-        assert prefix == [1, 2, 3]
-        assert suffix == [9]
-        assert hit_len == 3
-        assert manager.chunked_prefill_plan([1, 2, 3, 4, 5]) == [(1, 2), (3, 4), (5,)]
-        stats = manager.cache_stats([1, 2, 3, 9])
-        assert stats == {"hit_tokens": 3, "uncached_tokens": 1, "reuse_ratio": 0.75}
-        assert manager.chunked_suffix_prefill_plan([1, 2, 3, 9, 10]) == [(9, 10)]
-        assert manager.chunked_suffix_prefill_plan([1, 2, 3]) == [], "完整命中时不应生成 suffix chunk"
-        manager_small = PrefixCacheManager(block_size=3)
-        assert manager_small.chunked_prefill_plan([1, 2, 3, 4, 5, 6, 7]) == [(1, 2, 3), (4, 5, 6), (7,)], "不同 block_size 下分块边界不正确"
-        print("✅ PrefixCacheManager 测试通过")
-    except NotImplementedError:
-        print("请先完成 TODO 代码！")
+        test()
+    except NotImplementedError as error:
+        frames = [f.name for f in traceback.extract_tb(error.__traceback__) if f.name in todo_of_method]
+        where = frames[-1] if frames else "某个方法"
+        raise NotImplementedError(f"请先完成 {todo_of_method.get(where, 'TODO')}：{where} 里仍是 raise NotImplementedError()") from None
+    except AssertionError:
         raise
-    except (AttributeError, NameError, TypeError, ValueError) as e:
-        print("代码可能未完成，导致变量未定义")
-        raise NotImplementedError("请先完成 TODO 代码！") from e
-    except AssertionError as e:
-        print(f"❌ 测试失败: {e}")
-        raise NotImplementedError("请先完成 TODO 代码！") from e
+    except Exception as error:
+        frames = [f.name for f in traceback.extract_tb(error.__traceback__) if f.name in todo_of_method]
+        if frames:
+            print(f"❌ {frames[-1]}（{todo_of_method[frames[-1]]}）抛出 {type(error).__name__}: {error}")
+        raise
 
 
-test_prefix_cache_manager()
+run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 
 # %% [markdown]
 # ### 自动评分单元格（每个 TODO 一格）
 #
 # 下面每个单元格检查一个 TODO，分值写在单元格的评分信息里（合计 100 分）。你能看到的只是其中一小部分断言；评分时每格还会运行隐藏测试：固定随机种子的随机输入与参考实现对比、list / tuple / range 三种输入、空 prompt、重复登记、比 prompt 更长的前缀、与缓存前缀完全相同的 prompt、多种 `block_size`，并检查查询不会改动缓存、返回值的类型完全正确。每格只检查自己的 TODO：其他 TODO 写错不会连累这一格。
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo1_normalize", "locked": true, "points": 8, "schema_version": 3, "solution": false, "task": false}
-# TODO 1：_normalize 把 list / tuple / range 统一成内容相同的普通 list
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo1_basic", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# TODO 1 · 基本（4 分）：随机 list 输入，内容、顺序与重复 token 都与参考实现相同
 ### BEGIN HIDDEN TESTS
-def _hidden_todo1():
-    import builtins
-    import random
+#| check: todo1.py::check_basic
+### END HIDDEN TESTS
 
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
+# %% nbgrader={"grade": true, "grade_id": "test_todo1_types", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 1 · 类型（2 分）：tuple / range 输入也得到元素相同的普通 list
+### BEGIN HIDDEN TESTS
+#| check: todo1.py::check_types
+### END HIDDEN TESTS
 
-    def same(a, b):  # 类型与内容都相同；__eq__ 恒为 True 的对象过不了这一关
-        if type(a) is not type(b):
-            return False
-        if type(a) in (list, tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return a == b
-
-    rng = random.Random(3401)
-    cases = [[], [7], (1, 2, 3), range(5), range(3, 12, 2), [5, 5, 1, 5]]
-    cases += [rng.choices(range(6), k=rng.randint(0, 12)) for _ in range(30)]
-    cases += [tuple(rng.choices(range(6), k=rng.randint(1, 12))) for _ in range(10)]
-    manager = PrefixCacheManager(block_size=3)
-    for tokens in cases:
-        expected = list(tokens)
-        got = manager._normalize(tokens)
-        assert type(got) is list, f"TODO 1: _normalize 应返回 list，输入 {tokens!r} 时得到 {type(got).__name__}"
-        assert same(got, expected), f"TODO 1: _normalize({tokens!r}) 应为 {expected}（保持顺序与重复 token），得到 {got!r}"
-        assert list(tokens) == expected, "TODO 1: _normalize 不应修改传入的序列"
-
-
-_hidden_todo1()
-del _hidden_todo1
+# %% nbgrader={"grade": true, "grade_id": "test_todo1_edge", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 1 · 边界（2 分）：空输入、单个 token；不修改传入的序列
+### BEGIN HIDDEN TESTS
+#| check: todo1.py::check_edge
 ### END HIDDEN TESTS
 
 # %% nbgrader={"grade": true, "grade_id": "test_todo2_chunk_tokens", "locked": true, "points": 12, "schema_version": 3, "solution": false, "task": false}
