@@ -11,6 +11,29 @@ import random as _random
 _TODO = "TODO 11"
 
 
+def _named(title):
+    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
+
+    def wrap(check):
+        def run(ns):
+            try:
+                return check(ns)
+            except NotImplementedError:
+                raise NotImplementedError(
+                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
+                ) from None
+            except AssertionError as error:
+                text = str(error)
+                if text.startswith(_TODO):
+                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
+                raise AssertionError(text) from None
+
+        run.__name__, run.__doc__ = check.__name__, check.__doc__
+        return run
+
+    return wrap
+
+
 def _snapshot(c):
     """Everything a cache holds: blocks, queues, index and statistics."""
     return (
@@ -212,6 +235,7 @@ def _check(c, tokens, what):
     assert _same_ints(again, expected), f"{_TODO} [{label}]: 同一个查询 match({tokens}) 第二次返回 {again}，第一次是 {expected}"
 
 
+@_named("基本")
 def check_basic(ns):
     """Whole and partial hits from the first block on; the partial tail, an empty prompt and a shifted prompt miss."""
     Cache, _, _ = _classes(ns)
@@ -234,6 +258,7 @@ def check_basic(ns):
     assert _same_ints(got, first), f"{_TODO}: match(list(range(1, 11))) 应返回 acquire 得到的块 {first}，得到 {got}"
 
 
+@_named("哈希链")
 def check_chain(ns):
     """Equal blocks at different positions: only the key chain (parent key + tokens) tells them apart."""
     Cache, _, _ = _classes(ns)
@@ -251,6 +276,7 @@ def check_chain(ns):
         _check(c, tokens, what)
 
 
+@_named("碰撞")
 def check_collisions(ns):
     """Forced hash collisions: a block whose key matches but whose parent_key or token_ids differ is no hit."""
     _, Collide, Constant = _classes(ns)
@@ -270,6 +296,7 @@ def check_collisions(ns):
     _drive(Collide(4, 12), 35, 120, _oracle_acquire, _oracle_release, after_step)
 
 
+@_named("纯查询")
 def check_pure_query(ns):
     """Random requests with the real hash: after every step match agrees with the oracle and changes nothing."""
     Cache, _, _ = _classes(ns)

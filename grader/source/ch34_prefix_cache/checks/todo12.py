@@ -11,6 +11,29 @@ import random as _random
 _TODO = "TODO 12"
 
 
+def _named(title):
+    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
+
+    def wrap(check):
+        def run(ns):
+            try:
+                return check(ns)
+            except NotImplementedError:
+                raise NotImplementedError(
+                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
+                ) from None
+            except AssertionError as error:
+                text = str(error)
+                if text.startswith(_TODO):
+                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
+                raise AssertionError(text) from None
+
+        run.__name__, run.__doc__ = check.__name__, check.__doc__
+        return run
+
+    return wrap
+
+
 def _snapshot(c):
     """Everything a cache holds: blocks, queues, index and statistics."""
     return (
@@ -263,6 +286,7 @@ def _check_acquire(c, tokens):
     return ids
 
 
+@_named("基本")
 def check_basic(ns):
     """Full blocks only, free blocks first, new blocks registered, a repeated prompt hits, stats recorded once."""
     Iso, _ = _iso(ns)
@@ -275,6 +299,7 @@ def check_basic(ns):
     _check_acquire(c, list(range(1, 5)) + [7, 7, 7, 7])
 
 
+@_named("引用计数")
 def check_refcounts(ns):
     """Shared prefixes: each holder adds one reference; a hit on a released block takes it out of the evictable queue."""
     Iso, _ = _iso(ns)
@@ -286,6 +311,7 @@ def check_refcounts(ns):
     _check_acquire(c, [1, 2, 3, 4, 5, 6, 9, 9])
 
 
+@_named("命中块不被淘汰")
 def check_hit_blocks_protected(ns):
     """With no free block left, LRU eviction takes the oldest evictable block, never one this request hits."""
     Iso, _ = _iso(ns)
@@ -299,6 +325,7 @@ def check_hit_blocks_protected(ns):
     _check_acquire(c, [1, 1, 2, 2, 8, 8])  # 命中 A 的两块，淘汰最久未用的 B 尾
 
 
+@_named("块不够")
 def check_cache_full(ns):
     """Too few blocks: CacheFullError, and nothing changes (references, queues, index, statistics)."""
     Iso, _ = _iso(ns)
@@ -311,6 +338,7 @@ def check_cache_full(ns):
     _check_acquire(c, list(range(1, 9)) + [9, 9])  # 命中 4 块，还要 1 块，没有别的可淘汰块
 
 
+@_named("随机序列")
 def check_random(ns):
     """Random request sequences, with the real hash and with one of 3 values: every acquire leaves the right state."""
     Iso, IsoCollide = _iso(ns)

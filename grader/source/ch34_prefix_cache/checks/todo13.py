@@ -11,6 +11,29 @@ import random as _random
 _TODO = "TODO 13"
 
 
+def _named(title):
+    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
+
+    def wrap(check):
+        def run(ns):
+            try:
+                return check(ns)
+            except NotImplementedError:
+                raise NotImplementedError(
+                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
+                ) from None
+            except AssertionError as error:
+                text = str(error)
+                if text.startswith(_TODO):
+                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
+                raise AssertionError(text) from None
+
+        run.__name__, run.__doc__ = check.__name__, check.__doc__
+        return run
+
+    return wrap
+
+
 def _snapshot(c):
     """Everything a cache holds: blocks, queues, index and statistics."""
     return (
@@ -184,6 +207,7 @@ def _check_release(c, ids):
     _integrity(c, f"release({ids}) ")
 
 
+@_named("引用计数")
 def check_refcount(ns):
     """Shared blocks: release takes exactly one reference; a block still held by another request stays in use."""
     Cache, _, _ = _classes(ns)
@@ -196,6 +220,7 @@ def check_refcount(ns):
     _check_release(c, b)
 
 
+@_named("LRU 顺序")
 def check_lru_order(ns):
     """Released blocks join the tail of the evictable queue, last block first; eviction then takes the least recent."""
     Cache, _, _ = _classes(ns)
@@ -214,6 +239,7 @@ def check_lru_order(ns):
     )
 
 
+@_named("私有块")
 def check_private_blocks(ns):
     """A private block (not registered after a hash collision) goes back to the free queue, not to the evictable queue."""
     _, Collide, Constant = _classes(ns)
@@ -228,6 +254,7 @@ def check_private_blocks(ns):
     _drive(Collide(4, 10), 35, 160, _oracle_acquire, _check_release, lambda c, make: None)
 
 
+@_named("随机序列")
 def check_random(ns):
     """Random request sequences with the real hash: every release leaves the right references and queues."""
     Cache, _, _ = _classes(ns)

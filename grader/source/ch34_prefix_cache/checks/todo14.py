@@ -10,6 +10,29 @@ import random as _random
 _TODO = "TODO 14"
 
 
+def _named(title):
+    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
+
+    def wrap(check):
+        def run(ns):
+            try:
+                return check(ns)
+            except NotImplementedError:
+                raise NotImplementedError(
+                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
+                ) from None
+            except AssertionError as error:
+                text = str(error)
+                if text.startswith(_TODO):
+                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
+                raise AssertionError(text) from None
+
+        run.__name__, run.__doc__ = check.__name__, check.__doc__
+        return run
+
+    return wrap
+
+
 def _snapshot(c):
     """Everything a cache holds: blocks, queues, index and statistics."""
     return (
@@ -145,6 +168,7 @@ def _record(c, tokens, hits):
     return label, tuple(a - b for a, b in zip(after, before))
 
 
+@_named("命中 token")
 def check_hit_tokens(ns):
     """num_hit_tokens grows by the tokens the hit blocks hold (blocks x block_size), not by the number of blocks."""
     Cache, _, _ = _classes(ns)
@@ -155,6 +179,7 @@ def check_hit_tokens(ns):
         assert delta[2] == want, f"{_TODO} [{label}]: num_hit_tokens 应增加 {want}，实际增加 {delta[2]}{cause}"
 
 
+@_named("查询 token")
 def check_queried_tokens(ns):
     """num_queried_tokens grows by the whole prompt, the partial tail included."""
     Cache, _, _ = _classes(ns)
@@ -170,6 +195,7 @@ def check_queried_tokens(ns):
         assert delta[1] == want, f"{_TODO} [{label}]: num_queried_tokens 应增加 {want}，实际增加 {delta[1]}{cause}"
 
 
+@_named("累计")
 def check_accumulate(ns):
     """Requests count one each; totals and hit_rate accumulate over random requests; blocks are not touched."""
     Cache, _, _ = _classes(ns)

@@ -11,6 +11,29 @@ import torch as _torch
 import torch.nn.functional as _F
 
 _TODO = "TODO 9"
+
+
+def _named(title):
+    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
+
+    def wrap(check):
+        def run(ns):
+            try:
+                return check(ns)
+            except NotImplementedError:
+                raise NotImplementedError(
+                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
+                ) from None
+            except AssertionError as error:
+                text = str(error)
+                if text.startswith(_TODO):
+                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
+                raise AssertionError(text) from None
+
+        run.__name__, run.__doc__ = check.__name__, check.__doc__
+        return run
+
+    return wrap
 _VOCAB = 64
 
 
@@ -190,6 +213,7 @@ def _trials(count, divisible):
         yield rng, oracle, [rng.randrange(_VOCAB) for _ in range(n)], sizes
 
 
+@_named("分块")
 @_single_thread
 def check_chunks(ns):
     """The chunk loop: consecutive chunks of chunk_size tokens, a short tail chunk, one chunk when chunk_size > len."""
@@ -202,6 +226,7 @@ def check_chunks(ns):
             assert hint is None, f"{_TODO} [{label}]: {hint}"
 
 
+@_named("接力")
 @_single_thread
 def check_relay(ns):
     """Chunks relay the KV: each chunk gets the past_kv the previous chunk returned; logits and KV equal a full pass."""
@@ -213,6 +238,7 @@ def check_relay(ns):
             _check_result(result, oracle, model, tokens, size, None, label)
 
 
+@_named("前缀")
 @_single_thread
 def check_prefix(ns):
     """An incoming past_kv (a cached prefix): the first chunk continues it, the result covers it, it is not modified."""
@@ -231,6 +257,7 @@ def check_prefix(ns):
             )
 
 
+@_named("类型")
 @_single_thread
 def check_types(ns):
     """A LongTensor prompt works like a list; the result is a tuple (logits Tensor, past_kv of n_layers (k, v) pairs)."""
