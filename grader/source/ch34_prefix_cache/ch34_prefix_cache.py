@@ -678,7 +678,9 @@ del _hidden_todo8
 # | 34.8 | 带真实 KV 的前缀缓存：复用最长命中前缀，只算 suffix | TODO 10 `KVPrefixCache` |
 # | 34.9 | 代价模型与 CPU 实测：缓存加速比、注意力峰值内存 | — |
 #
-# 这一部分开始用 PyTorch（只用 CPU，几秒内跑完）。
+# 这一部分开始用 PyTorch（只用 CPU，几秒内跑完）。**本部分 30 分（TODO 9、TODO 10 各 15 分），计入总分**；每个 TODO 的分数分给几格自动评分单元格，每格查一个方面。
+#
+# **`block_size` 在这里是预填充的分块大小（chunk size）**：`KVPrefixCache(model, block_size)` 按它把 suffix 切块送入模型，和第一部分 `PrefixCacheManager(block_size)` 的含义相同。第三部分的 `block_size` 则是 KV 页（物理块）的大小。引擎里两者是两个参数：vLLM 分块预填充每一步最多处理多少 token 由 `max_num_batched_tokens` 决定，KV 页的大小才叫 `block_size`。
 
 # %% nbgrader={"grade": false, "grade_id": "kv_imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -1447,7 +1449,9 @@ if memory_rows:
 #
 # 本部分实现 `BlockPrefixCache`：固定 `num_blocks` 个物理块、只缓存满块的哈希链、每块一个引用计数、可淘汰块按 LRU 排队，外加 vLLM 口径的 token 级命中率统计。最后用合成负载量一量：容量多大时命中率才上得去，淘汰策略换成 FIFO 或随机会怎样。
 #
-# 本部分是**选做**，单独计分，共 40 分（TODO 11–14）。只用 Python 标准库，不需要 torch。
+# 本部分是**选做**，单独计分，共 40 分（TODO 11–14），**不计入总分**。只用 Python 标准库，不需要 torch。
+#
+# **注意：这里的 `block_size` 是 KV 页（物理块）的大小**——每个物理块存多少个 token 的 K/V，只有满块才缓存、才共享；它和第一、二部分里预填充的分块大小（chunk size）不是一回事。
 
 # %% [markdown]
 # ### 四个设计决定，各自为了什么
