@@ -217,12 +217,15 @@ def test_prefix_cache_manager():
     assert manager.match_prefix([1, 2, 3, 9]) == 3, f"TODO 4: 缓存 [(1, 2, 3), (1, 2, 9)] 时 match_prefix([1, 2, 3, 9]) 应为 3，得到 {manager.match_prefix([1, 2, 3, 9])!r}"
     assert manager.match_prefix([1, 2, 9, 8]) == 3, f"TODO 4: match_prefix([1, 2, 9, 8]) 应为 3（命中 (1, 2, 9)），得到 {manager.match_prefix([1, 2, 9, 8])!r}"
     assert manager.match_prefix([1, 2, 0]) == 0, f"TODO 4: match_prefix([1, 2, 0]) 应为 0（两个缓存前缀都没有完整出现在开头），得到 {manager.match_prefix([1, 2, 0])!r}"
+    assert manager.match_prefix([0, 1, 2, 3]) == 0, f"TODO 4: match_prefix([0, 1, 2, 3]) 应为 0（(1, 2, 3) 出现在 prompt 中间不算命中：只能从开头连续匹配），得到 {manager.match_prefix([0, 1, 2, 3])!r}"
     got = manager.split_prompt([1, 2, 3, 9])
     assert isinstance(got, tuple) and len(got) == 3, f"TODO 5: split_prompt([1, 2, 3, 9]) 应返回 3 元组 (prefix, suffix, hit_len)，得到 {got!r}"
     prefix, suffix, hit_len = got
     assert prefix == [1, 2, 3], f"TODO 5: split_prompt([1, 2, 3, 9]) 的 prefix 应为 [1, 2, 3]，得到 {prefix!r}"
     assert suffix == [9], f"TODO 5: split_prompt([1, 2, 3, 9]) 的 suffix 应为 [9]，得到 {suffix!r}"
     assert hit_len == 3, f"TODO 5: split_prompt([1, 2, 3, 9]) 的 hit_len 应为 3，得到 {hit_len!r}"
+    got = manager.split_prompt((1, 2, 3, 9))
+    assert [type(part).__name__ for part in got] == ["list", "list", "int"], f"TODO 5: split_prompt((1, 2, 3, 9)) 应返回 (list, list, int)：tuple 输入也要对 _normalize 之后的 prompt 切片，得到 {got!r}"
     assert manager.chunked_prefill_plan([1, 2, 3, 4, 5]) == [(1, 2), (3, 4), (5,)], f"TODO 6: block_size=2 时 chunked_prefill_plan([1, 2, 3, 4, 5]) 应为 [(1, 2), (3, 4), (5,)]（整个 prompt 都切块），得到 {manager.chunked_prefill_plan([1, 2, 3, 4, 5])!r}"
     stats = manager.cache_stats([1, 2, 3, 9])
     assert stats == {"hit_tokens": 3, "uncached_tokens": 1, "reuse_ratio": 0.75}, f"TODO 7: cache_stats([1, 2, 3, 9]) 应为 {{'hit_tokens': 3, 'uncached_tokens': 1, 'reuse_ratio': 0.75}}，得到 {stats!r}"
@@ -277,348 +280,166 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 #| check: todo1.py::check_edge
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo2_chunk_tokens", "locked": true, "points": 12, "schema_version": 3, "solution": false, "task": false}
-# TODO 2：_chunk_tokens 按 block_size 切成 tuple 块，尾块可以不满
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo2_basic", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# TODO 2 · 基本（4 分）：能整除时按 block_size 切块，多种 block_size（含默认的 4）
 ### BEGIN HIDDEN TESTS
-def _hidden_todo2():
-    import builtins
-    import random
-
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
-
-    def same(a, b):
-        if type(a) is not type(b):
-            return False
-        if type(a) in (list, tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return a == b
-
-    class Probe(PrefixCacheManager):  # 只检查 TODO 2：_normalize 换成参考实现
-        def _normalize(self, tokens):
-            return list(tokens)
-
-    def oracle(tokens, size):
-        tokens = list(tokens)
-        return [tuple(tokens[i : i + size]) for i in range(0, len(tokens), size)]
-
-    rng = random.Random(3402)
-    assert same(Probe()._chunk_tokens(range(9)), oracle(range(9), 4)), "TODO 2: 默认 block_size=4 时切块不对：请使用 self.block_size"
-    for size in (1, 2, 3, 4, 5, 7):
-        manager = Probe(block_size=size)
-        cases = [[], list(range(size)), list(range(2 * size)), list(range(2 * size + 1)), range(size + 1), tuple(range(3 * size - 1))]
-        cases += [rng.choices(range(9), k=rng.randint(0, 20)) for _ in range(12)]
-        for tokens in cases:
-            expected = oracle(tokens, size)
-            got = manager._chunk_tokens(tokens)
-            assert type(got) is list and all(type(c) is tuple for c in got), f"TODO 2: 应返回 tuple 组成的 list，block_size={size}、输入 {tokens!r} 时得到 {got!r}"
-            assert same(got, expected), f"TODO 2: block_size={size} 时 {list(tokens)} 应切成 {expected}，得到 {got!r}（检查步长、尾块和空输入）"
-
-
-_hidden_todo2()
-del _hidden_todo2
+#| check: todo2.py::check_basic
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo3_add_prefix", "locked": true, "points": 12, "schema_version": 3, "solution": false, "task": false}
-# TODO 3：add_prefix 登记完整前缀和它的分块；重复登记不产生新条目
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo2_tail", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# TODO 2 · 尾块（4 分）：长度不能整除、比一块还短时，不满的尾块也保留
 ### BEGIN HIDDEN TESTS
-def _hidden_todo3():
-    import builtins
-    import random
-
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
-
-    def same(a, b):
-        if type(a) is not type(b):
-            return False
-        if type(a) in (list, tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return a == b
-
-    class Probe(PrefixCacheManager):  # 只检查 TODO 3：其余方法换成参考实现
-        def _normalize(self, tokens):
-            return list(tokens)
-
-        def _chunk_tokens(self, tokens):
-            tokens = list(tokens)
-            return [tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]
-
-    rng = random.Random(3403)
-    base = [rng.choices(range(5), k=rng.randint(1, 9)) for _ in range(6)]
-    for size in (1, 2, 3, 5):
-        manager = Probe(block_size=size)
-        expected_prefixes, expected_chunks = [], []
-        for step in range(25):
-            tokens = rng.choice(base)[: rng.randint(0, 9)]
-            shown = rng.choice([list, tuple, lambda t: range(len(t)) if t == list(range(len(t))) else list(t)])(tokens)
-            assert manager.add_prefix(shown) is None, "TODO 3: add_prefix 不应返回值"
-            key = tuple(tokens)
-            if key not in expected_prefixes:
-                expected_prefixes.append(key)
-                expected_chunks.append([key[i : i + size] for i in range(0, len(key), size)])
-            assert same(manager.cached_prefixes, expected_prefixes), f"TODO 3: 第 {step + 1} 次登记后 cached_prefixes 应为 {expected_prefixes}，得到 {manager.cached_prefixes!r}"
-            assert type(manager.chunked_prefixes) is list and len(manager.chunked_prefixes) == len(expected_chunks), f"TODO 3: 重复登记不应再追加分块记录：应有 {len(expected_chunks)} 条，实际 {len(manager.chunked_prefixes)} 条"
-            assert same(manager.chunked_prefixes, expected_chunks), f"TODO 3: block_size={size} 时 chunked_prefixes 应为 {expected_chunks}，得到 {manager.chunked_prefixes!r}"
-
-
-_hidden_todo3()
-del _hidden_todo3
+#| check: todo2.py::check_tail
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo4_match_prefix", "locked": true, "points": 16, "schema_version": 3, "solution": false, "task": false}
-# TODO 4：match_prefix 只接受从 prompt 开头连续的命中，返回最长命中长度（int）
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo2_types", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 2 · 类型（2 分）：返回 tuple 组成的 list；list / tuple / range 输入
 ### BEGIN HIDDEN TESTS
-def _hidden_todo4():
-    import builtins
-    import random
-
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
-
-    class Probe(PrefixCacheManager):  # 只检查 TODO 4：_normalize 换成参考实现，缓存直接写入
-        def _normalize(self, tokens):
-            return list(tokens)
-
-    def oracle(prefixes, prompt):
-        prompt = list(prompt)
-        hits = [len(p) for p in prefixes if len(p) <= len(prompt) and prompt[: len(p)] == list(p)]
-        return max(hits, default=0)
-
-    rng = random.Random(3404)
-    for trial in range(60):
-        stems = [rng.choices(range(4), k=rng.randint(1, 8)) for _ in range(3)]
-        prefixes = []
-        for _ in range(rng.randint(1, 5)):
-            key = tuple(rng.choice(stems)[: rng.randint(1, 8)])
-            if key not in prefixes:
-                prefixes.append(key)
-        manager = Probe(block_size=rng.randint(1, 4))
-        manager.cached_prefixes = list(prefixes)
-        manager.chunked_prefixes = [[p[i : i + manager.block_size] for i in range(0, len(p), manager.block_size)] for p in prefixes]
-        before = (list(manager.cached_prefixes), [list(c) for c in manager.chunked_prefixes])
-        stem = list(rng.choice(prefixes))
-        prompts = [
-            stem,  # 与缓存前缀完全相同
-            stem + rng.choices(range(4), k=rng.randint(1, 5)),  # 命中后还有 suffix
-            stem[:-1],  # 比缓存前缀短：不能命中它
-            [9] + stem,  # 缓存内容出现在中间：不算前缀命中
-            [],
-            rng.choices(range(4), k=rng.randint(1, 10)),
-        ]
-        for prompt in prompts:
-            for shown in (prompt, tuple(prompt)):
-                expected = oracle(prefixes, prompt)
-                got = manager.match_prefix(shown)
-                assert type(got) is int, f"TODO 4: match_prefix 应返回 int，得到 {type(got).__name__}"
-                assert got == expected, f"TODO 4: 缓存 {prefixes}、prompt {list(prompt)} 时最长前缀命中应为 {expected}，得到 {got}（只能从开头连续匹配，且要取最长）"
-        assert manager.match_prefix(range(6)) == oracle(prefixes, range(6)), "TODO 4: range 输入的命中长度不对"
-        assert (manager.cached_prefixes, manager.chunked_prefixes) == before, "TODO 4: 查询不应修改缓存"
-
-
-_hidden_todo4()
-del _hidden_todo4
+#| check: todo2.py::check_types
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo5_split_prompt", "locked": true, "points": 12, "schema_version": 3, "solution": false, "task": false}
-# TODO 5：split_prompt 返回 (可复用前缀 list, 后缀 list, hit_len)
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo2_edge", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 2 · 边界（2 分）：空输入得到 []；不修改传入的序列
 ### BEGIN HIDDEN TESTS
-def _hidden_todo5():
-    import builtins
-    import random
-
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
-
-    def same(a, b):
-        if type(a) is not type(b):
-            return False
-        if type(a) in (list, tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return a == b
-
-    class Probe(PrefixCacheManager):  # 只检查 TODO 5：命中长度由参考实现给出
-        def _normalize(self, tokens):
-            return list(tokens)
-
-        def match_prefix(self, prompt_tokens):
-            prompt = list(prompt_tokens)
-            return max((len(p) for p in self.cached_prefixes if list(p) == prompt[: len(p)]), default=0)
-
-    rng = random.Random(3405)
-    for trial in range(40):
-        stem = rng.choices(range(5), k=rng.randint(1, 8))
-        manager = Probe(block_size=rng.randint(1, 4))
-        manager.cached_prefixes = [tuple(stem[: rng.randint(1, len(stem))]) for _ in range(2)]
-        before = list(manager.cached_prefixes)
-        for prompt in (stem, stem + rng.choices(range(5), k=3), rng.choices(range(5), k=6), [], list(range(4))):
-            hit = manager.match_prefix(prompt)
-            expected = (prompt[:hit], prompt[hit:], hit)
-            for shown in (prompt, tuple(prompt), range(4) if prompt == list(range(4)) else prompt):
-                got = manager.split_prompt(shown)
-                assert type(got) is tuple and len(got) == 3, f"TODO 5: split_prompt 应返回 3 元组 (prefix, suffix, hit_len)，得到 {got!r}"
-                assert same(got, expected), f"TODO 5: 缓存 {manager.cached_prefixes}、prompt {shown!r} 时应返回 {expected}，得到 {got!r}（前缀与后缀都应是 list，拼起来等于原 prompt）"
-        assert manager.cached_prefixes == before, "TODO 5: 查询不应修改缓存"
-
-
-_hidden_todo5()
-del _hidden_todo5
+#| check: todo2.py::check_edge
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo6_chunked_prefill_plan", "locked": true, "points": 10, "schema_version": 3, "solution": false, "task": false}
-# TODO 6：chunked_prefill_plan 对整个 prompt 切块（与缓存是否命中无关）
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo3_basic", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# TODO 3 · 基本（5 分）：不同前缀依次登记：cached_prefixes 与 chunked_prefixes 一一对应
 ### BEGIN HIDDEN TESTS
-def _hidden_todo6():
-    import builtins
-    import random
-
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
-
-    def same(a, b):
-        if type(a) is not type(b):
-            return False
-        if type(a) in (list, tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return a == b
-
-    class Probe(PrefixCacheManager):  # 只检查 TODO 6：切块与匹配用参考实现
-        def _normalize(self, tokens):
-            return list(tokens)
-
-        def _chunk_tokens(self, tokens):
-            tokens = list(tokens)
-            return [tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]
-
-        def match_prefix(self, prompt_tokens):
-            prompt = list(prompt_tokens)
-            return max((len(p) for p in self.cached_prefixes if list(p) == prompt[: len(p)]), default=0)
-
-    rng = random.Random(3406)
-    for size in (1, 2, 3, 4, 6):
-        manager = Probe(block_size=size)
-        for trial in range(10):
-            prompt = rng.choices(range(7), k=rng.randint(0, 17))
-            manager.cached_prefixes = [tuple(prompt[: rng.randint(0, len(prompt))])]  # 即使命中，计划也覆盖整个 prompt
-            expected = [tuple(prompt[i : i + size]) for i in range(0, len(prompt), size)]
-            for shown in (prompt, tuple(prompt)):
-                got = manager.chunked_prefill_plan(shown)
-                assert same(got, expected), f"TODO 6: block_size={size}、prompt {prompt} 的完整分块计划应为 {expected}，得到 {got!r}"
-        assert same(manager.chunked_prefill_plan(range(7)), [tuple(range(7))[i : i + size] for i in range(0, 7, size)]), "TODO 6: range 输入的分块计划不对"
-
-
-_hidden_todo6()
-del _hidden_todo6
+#| check: todo3.py::check_basic
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo7_cache_stats", "locked": true, "points": 15, "schema_version": 3, "solution": false, "task": false}
-# TODO 7：cache_stats 返回 hit_tokens、uncached_tokens（int）和 reuse_ratio（float）
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo3_repeat", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# TODO 3 · 重复登记（4 分）：同一前缀再登记（list / tuple / range）什么也不做
 ### BEGIN HIDDEN TESTS
-def _hidden_todo7():
-    import builtins
-    import random
-
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr", "abs", "sorted"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
-
-    class Probe(PrefixCacheManager):  # 只检查 TODO 7：命中长度由参考实现给出
-        def _normalize(self, tokens):
-            return list(tokens)
-
-        def match_prefix(self, prompt_tokens):
-            prompt = list(prompt_tokens)
-            return max((len(p) for p in self.cached_prefixes if list(p) == prompt[: len(p)]), default=0)
-
-    def check(manager, prompt):
-        hit = manager.match_prefix(prompt)
-        got = manager.cache_stats(prompt)
-        where = f"缓存 {manager.cached_prefixes}、prompt {list(prompt)}"
-        assert type(got) is dict, f"TODO 7: cache_stats 应返回 dict，得到 {type(got).__name__}"
-        assert sorted(got) == ["hit_tokens", "reuse_ratio", "uncached_tokens"], f"TODO 7: 键应恰好是 hit_tokens、uncached_tokens、reuse_ratio，得到 {sorted(got)}"
-        assert type(got["hit_tokens"]) is int and got["hit_tokens"] == hit, f"TODO 7: {where} 时 hit_tokens 应为 {hit}，得到 {got['hit_tokens']!r}"
-        assert type(got["uncached_tokens"]) is int and got["uncached_tokens"] == len(prompt) - hit, f"TODO 7: {where} 时 uncached_tokens 应为 {len(prompt) - hit}，得到 {got['uncached_tokens']!r}"
-        ratio = hit / len(prompt) if len(prompt) else 0.0
-        assert type(got["reuse_ratio"]) is float, f"TODO 7: reuse_ratio 应为 float（空 prompt 时为 0.0），得到 {type(got['reuse_ratio']).__name__}"
-        assert abs(got["reuse_ratio"] - ratio) <= 5e-5, f"TODO 7: {where} 时 reuse_ratio 应约为 {round(ratio, 4)}（命中 token / prompt 长度），得到 {got['reuse_ratio']!r}"
-
-    rng = random.Random(3407)
-    manager = Probe(block_size=2)
-    check(manager, [])  # 空 prompt 不应除以零
-    check(manager, [1, 2, 3])
-    for trial in range(60):
-        stem = rng.choices(range(4), k=rng.randint(1, 12))
-        manager.cached_prefixes = [tuple(stem[: rng.randint(1, len(stem))]) for _ in range(rng.randint(1, 3))]
-        before = list(manager.cached_prefixes)
-        for prompt in (stem, stem + rng.choices(range(4), k=rng.randint(1, 9)), rng.choices(range(4), k=rng.randint(1, 7)), list(manager.cached_prefixes[0])):
-            check(manager, prompt)
-            check(manager, tuple(prompt))
-        assert manager.cached_prefixes == before, "TODO 7: 统计不应修改缓存"
-
-
-_hidden_todo7()
-del _hidden_todo7
+#| check: todo3.py::check_repeat
 ### END HIDDEN TESTS
 
-# %% nbgrader={"grade": true, "grade_id": "test_todo8_chunked_suffix_plan", "locked": true, "points": 15, "schema_version": 3, "solution": false, "task": false}
-# TODO 8：chunked_suffix_prefill_plan 只对未命中的 suffix 切块；完整命中时为空
-# 评分时在此运行隐藏测试：随机输入与参考实现比对，只检查这一个 TODO。
+# %% nbgrader={"grade": true, "grade_id": "test_todo3_types", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 3 · 类型（3 分）：返回 None；前缀是 tuple，分块是 tuple 组成的 list
 ### BEGIN HIDDEN TESTS
-def _hidden_todo8():
-    import builtins
-    import random
+#| check: todo3.py::check_types
+### END HIDDEN TESTS
 
-    for name in ("type", "len", "all", "zip", "list", "tuple", "range", "repr"):
-        assert name not in globals() and type(getattr(builtins, name)).__name__ in ("builtin_function_or_method", "type"), f"内置函数 {name} 被替换或遮蔽，本格无法评分"
+# %% nbgrader={"grade": true, "grade_id": "test_todo4_basic", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+# TODO 4 · 基本（6 分）：随机缓存与 prompt：从开头连续匹配的最长命中
+### BEGIN HIDDEN TESTS
+#| check: todo4.py::check_basic
+### END HIDDEN TESTS
 
-    def same(a, b):
-        if type(a) is not type(b):
-            return False
-        if type(a) in (list, tuple):
-            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-        return a == b
+# %% nbgrader={"grade": true, "grade_id": "test_todo4_edge", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
+# TODO 4 · 边界（4 分）：空 prompt、空缓存、与前缀相同或更短的 prompt、出现在中间的前缀
+### BEGIN HIDDEN TESTS
+#| check: todo4.py::check_edge
+### END HIDDEN TESTS
 
-    class Probe(PrefixCacheManager):  # 只检查 TODO 8：其余方法全部用参考实现
-        def _normalize(self, tokens):
-            return list(tokens)
+# %% nbgrader={"grade": true, "grade_id": "test_todo4_types", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 4 · 类型（3 分）：tuple / range 输入得到同样的命中长度，返回 int
+### BEGIN HIDDEN TESTS
+#| check: todo4.py::check_types
+### END HIDDEN TESTS
 
-        def _chunk_tokens(self, tokens):
-            tokens = list(tokens)
-            return [tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]
+# %% nbgrader={"grade": true, "grade_id": "test_todo4_no_mutation", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 4 · 不修改（3 分）：查询不改动缓存和传入的 prompt
+### BEGIN HIDDEN TESTS
+#| check: todo4.py::check_no_mutation
+### END HIDDEN TESTS
 
-        def match_prefix(self, prompt_tokens):
-            prompt = list(prompt_tokens)
-            return max((len(p) for p in self.cached_prefixes if list(p) == prompt[: len(p)]), default=0)
+# %% nbgrader={"grade": true, "grade_id": "test_todo5_basic", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# TODO 5 · 基本（5 分）：随机缓存与 prompt：prefix、suffix、hit_len 与参考实现相同
+### BEGIN HIDDEN TESTS
+#| check: todo5.py::check_basic
+### END HIDDEN TESTS
 
-        def split_prompt(self, prompt_tokens):
-            prompt = list(prompt_tokens)
-            hit = self.match_prefix(prompt)
-            return prompt[:hit], prompt[hit:], hit
+# %% nbgrader={"grade": true, "grade_id": "test_todo5_types", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 5 · 类型（3 分）：返回 3 元组（tuple 或 NamedTuple）：list、list、int；tuple / range 输入
+### BEGIN HIDDEN TESTS
+#| check: todo5.py::check_types
+### END HIDDEN TESTS
 
-    rng = random.Random(3408)
-    for size in (1, 2, 3, 5):
-        manager = Probe(block_size=size)
-        for trial in range(15):
-            stem = rng.choices(range(5), k=rng.randint(1, 10))
-            manager.cached_prefixes = [tuple(stem[: rng.randint(1, len(stem))]), tuple(stem)]
-            before = list(manager.cached_prefixes)
-            for prompt in (stem, stem + rng.choices(range(5), k=rng.randint(1, 11)), rng.choices(range(5), k=rng.randint(0, 9))):
-                hit = manager.match_prefix(prompt)
-                suffix = prompt[hit:]
-                expected = [tuple(suffix[i : i + size]) for i in range(0, len(suffix), size)]
-                for shown in (prompt, tuple(prompt)):
-                    got = manager.chunked_suffix_prefill_plan(shown)
-                    assert same(got, expected), f"TODO 8: block_size={size}、缓存 {before}、prompt {prompt} 时 suffix {suffix} 的分块应为 {expected}，得到 {got!r}（完整命中时应为 []）"
-            assert manager.cached_prefixes == before, "TODO 8: 生成计划不应修改缓存"
+# %% nbgrader={"grade": true, "grade_id": "test_todo5_edge", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 5 · 边界（2 分）：空 prompt、没有命中、完整命中
+### BEGIN HIDDEN TESTS
+#| check: todo5.py::check_edge
+### END HIDDEN TESTS
 
+# %% nbgrader={"grade": true, "grade_id": "test_todo5_no_mutation", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 5 · 不修改（2 分）：拆分不改动缓存和传入的 prompt
+### BEGIN HIDDEN TESTS
+#| check: todo5.py::check_no_mutation
+### END HIDDEN TESTS
 
-_hidden_todo8()
-del _hidden_todo8
+# %% nbgrader={"grade": true, "grade_id": "test_todo6_basic", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# TODO 6 · 基本（5 分）：缓存为空时，随机 prompt 与多种 block_size 的完整分块计划
+### BEGIN HIDDEN TESTS
+#| check: todo6.py::check_basic
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo6_whole_prompt", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 6 · 整个 prompt（3 分）：即使前缀命中，计划也覆盖整个 prompt
+### BEGIN HIDDEN TESTS
+#| check: todo6.py::check_whole_prompt
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo6_types", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 6 · 类型（2 分）：返回 tuple 组成的 list；list / tuple / range 输入
+### BEGIN HIDDEN TESTS
+#| check: todo6.py::check_types
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo7_basic", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+# TODO 7 · 基本（6 分）：hit_tokens 与 uncached_tokens（int）与参考实现相同
+### BEGIN HIDDEN TESTS
+#| check: todo7.py::check_basic
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo7_ratio", "locked": true, "points": 5, "schema_version": 3, "solution": false, "task": false}
+# TODO 7 · 比例（5 分）：reuse_ratio 是 float，等于 hit_tokens / len(prompt)（4 位小数）
+### BEGIN HIDDEN TESTS
+#| check: todo7.py::check_ratio
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo7_empty", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 7 · 空 prompt（2 分）：返回 0、0 与 float 0.0，不除以零
+### BEGIN HIDDEN TESTS
+#| check: todo7.py::check_empty
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo7_no_mutation", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 7 · 不修改（2 分）：统计不改动缓存和传入的 prompt
+### BEGIN HIDDEN TESTS
+#| check: todo7.py::check_no_mutation
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo8_basic", "locked": true, "points": 6, "schema_version": 3, "solution": false, "task": false}
+# TODO 8 · 基本（6 分）：部分命中时只切 suffix，随机 prompt 与多种 block_size
+### BEGIN HIDDEN TESTS
+#| check: todo8.py::check_basic
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo8_full_hit", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 8 · 完整命中（3 分）：整个 prompt 都已缓存时计划为 []
+### BEGIN HIDDEN TESTS
+#| check: todo8.py::check_full_hit
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo8_no_hit", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 8 · 没有命中（2 分）：没有命中时整个 prompt 都是 suffix；空 prompt 得到 []
+### BEGIN HIDDEN TESTS
+#| check: todo8.py::check_no_hit
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo8_types", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 8 · 类型（2 分）：返回 tuple 组成的 list；list / tuple / range 输入
+### BEGIN HIDDEN TESTS
+#| check: todo8.py::check_types
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo8_no_mutation", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 8 · 不修改（2 分）：生成计划不改动缓存和传入的 prompt
+### BEGIN HIDDEN TESTS
+#| check: todo8.py::check_no_mutation
 ### END HIDDEN TESTS
 
 # %% [markdown]

@@ -1,0 +1,211 @@
+"""TODO 8 的隐藏检查：chunked_suffix_prefill_plan 只对未命中的 suffix 切块；完整命中时为 []。
+
+每个 check_* 是一个评分单元格（test_todo8_<名字>）；ns 是 notebook 的全局命名空间。
+本文件只依赖标准库，自带参考实现：其余 TODO 的方法（包括 split_prompt）都用参考实现，只检查 TODO 8。
+"""
+
+import builtins
+import random
+
+TODO = "TODO 8"
+UNDER_TEST = "chunked_suffix_prefill_plan"  # the method this file grades; every other TODO's method is the oracle
+
+
+def _guard():
+    for name in ("type", "len", "list", "tuple", "range", "repr", "isinstance", "zip", "all"):
+        kind = type(getattr(builtins, name)).__name__
+        assert kind in ("builtin_function_or_method", "type"), (
+            f"{TODO}：内置函数 {name} 被替换，本格无法评分"
+        )
+
+
+def _chunks(tokens, size):
+    tokens = list(tokens)
+    return [tuple(tokens[i : i + size]) for i in range(0, len(tokens), size)]
+
+
+def _match(prefixes, prompt):
+    prompt = list(prompt)
+    hits = [len(p) for p in prefixes if len(p) <= len(prompt) and list(p) == prompt[: len(p)]]
+    return max(hits, default=0)
+
+
+def _oracle_methods():
+    """The reference of every TODO method; each works from the cache alone, never via self."""
+
+    def _normalize(self, tokens):
+        return list(tokens)
+
+    def _chunk_tokens(self, tokens):
+        return _chunks(tokens, self.block_size)
+
+    def add_prefix(self, prefix_tokens):
+        prefix = tuple(prefix_tokens)
+        if prefix not in self.cached_prefixes:
+            self.cached_prefixes.append(prefix)
+            self.chunked_prefixes.append(_chunks(prefix, self.block_size))
+
+    def match_prefix(self, prompt_tokens):
+        return _match(self.cached_prefixes, prompt_tokens)
+
+    def split_prompt(self, prompt_tokens):
+        prompt = list(prompt_tokens)
+        hit = _match(self.cached_prefixes, prompt)
+        return prompt[:hit], prompt[hit:], hit
+
+    def chunked_prefill_plan(self, prompt_tokens):
+        return _chunks(prompt_tokens, self.block_size)
+
+    def cache_stats(self, prompt_tokens):
+        prompt = list(prompt_tokens)
+        hit = _match(self.cached_prefixes, prompt)
+        ratio = round(hit / len(prompt), 4) if prompt else 0.0
+        return {"hit_tokens": hit, "uncached_tokens": len(prompt) - hit, "reuse_ratio": ratio}
+
+    def chunked_suffix_prefill_plan(self, prompt_tokens):
+        prompt = list(prompt_tokens)
+        return _chunks(prompt[_match(self.cached_prefixes, prompt) :], self.block_size)
+
+    return dict(locals())
+
+
+def _probe(ns, block_size=4, cached=()):
+    """The learner's class, every other TODO's method replaced by the oracle, cache filled."""
+    cls = ns.get("PrefixCacheManager")
+    assert isinstance(cls, type), f"{TODO}：找不到 PrefixCacheManager 类，请先运行定义它的单元格"
+    methods = {name: f for name, f in _oracle_methods().items() if name != UNDER_TEST}
+    manager = type("Probe", (cls,), methods)(block_size=block_size)
+    manager.cached_prefixes = [tuple(p) for p in cached]
+    manager.chunked_prefixes = [_chunks(p, block_size) for p in cached]
+    return manager
+
+
+def _call(where, method, *args):
+    """Call the learner's method; an exception becomes a message naming the TODO and the input."""
+    try:
+        return method(*args)
+    except NotImplementedError:
+        raise NotImplementedError(
+            f"{where}：请先完成 {TODO}（{UNDER_TEST} 里仍是 raise NotImplementedError）"
+        ) from None
+    except Exception as error:
+        raise AssertionError(f"{where} 抛出 {type(error).__name__}: {error}") from None
+
+
+def _snapshot(manager):
+    """A copy of the cache to compare before and after a call (whatever the learner stored)."""
+
+    def frozen(value):
+        try:
+            return (
+                tuple(frozen(item) for item in value)
+                if not isinstance(value, (int, str, bytes))
+                else value
+            )
+        except TypeError:
+            return value
+
+    return frozen(manager.cached_prefixes), frozen(manager.chunked_prefixes)
+
+
+def _as_chunks(got):
+    """The contents of a list of chunks as tuples, or None when it is not one."""
+    try:
+        return [tuple(chunk) for chunk in got]
+    except TypeError:
+        return None
+
+
+def _plan(manager, label, prompt, shown=None):
+    shown = prompt if shown is None else shown
+    cached = list(manager.cached_prefixes)
+    size = manager.block_size
+    where = f"{TODO} · {label}: block_size={size}、缓存 {cached!r} 时 chunked_suffix_prefill_plan({shown!r})"
+    got = _call(where, manager.chunked_suffix_prefill_plan, shown)
+    hit = _match(cached, prompt)
+    expected = _chunks(prompt[hit:], size)
+    hint = "只对 split_prompt 给出的 suffix 调用 self._chunk_tokens"
+    contents = _as_chunks(got)
+    if contents == _chunks(prompt, size) and hit:
+        hint = "这是整个 prompt 的分块：命中的前缀不应再进入计划，只切 suffix"
+    elif contents == _chunks(prompt[:hit], size) and contents != expected:
+        hint = (
+            "这是命中前缀的分块：split_prompt 返回 (prefix, suffix, hit_len)，要切的是第二项 suffix"
+        )
+    message = f"{where} 应返回 {expected!r}（suffix {list(prompt[hit:])!r} 的分块），得到 {got!r}（{hint}）"
+    return where, got, contents == expected, message
+
+
+def _assert_plan(manager, label, prompt, shown=None):
+    _, _, right, message = _plan(manager, label, prompt, shown)
+    assert right, message
+
+
+def check_basic(ns):
+    """A partial hit: the suffix's chunks, random prompts and block sizes."""
+    _guard()
+    rng = random.Random(3408)
+    for size in (1, 2, 3, 5):
+        for _ in range(12):
+            stem = rng.choices(range(5), k=rng.randint(1, 10))
+            cached = [stem[: rng.randint(1, len(stem))]]
+            prompt = stem + rng.choices(range(5), k=rng.randint(1, 11))
+            _assert_plan(_probe(ns, block_size=size, cached=cached), "基本", prompt)
+
+
+def check_full_hit(ns):
+    """A prompt that is wholly cached leaves nothing to compute: the plan is []."""
+    _guard()
+    rng = random.Random(3418)
+    for size in (1, 2, 4):
+        for _ in range(6):
+            prompt = rng.choices(range(5), k=rng.randint(1, 9))
+            cached = [prompt[: rng.randint(1, len(prompt))], prompt]
+            _assert_plan(_probe(ns, block_size=size, cached=cached), "完整命中", prompt)
+
+
+def check_no_hit(ns):
+    """Nothing cached matches: the whole prompt is the suffix; an empty prompt plans []."""
+    _guard()
+    rng = random.Random(3428)
+    for size in (1, 2, 3):
+        for _ in range(6):
+            prompt = rng.choices(range(5), k=rng.randint(0, 9))
+            cached = [[9] + prompt[:2], [8]]
+            _assert_plan(_probe(ns, block_size=size, cached=cached), "没有命中", prompt)
+
+
+def check_types(ns):
+    """A plain list of plain tuples; a tuple or range prompt plans as the same list would."""
+    _guard()
+    for size, prompt, shown in (
+        (2, [1, 2, 3, 4, 5], (1, 2, 3, 4, 5)),
+        (2, list(range(7)), range(7)),
+    ):
+        manager = _probe(ns, block_size=size, cached=[(1, 2), (0,)])
+        _, as_list, _, _ = _plan(manager, "类型", prompt)
+        for given in (prompt, shown):
+            where, got, _, _ = _plan(manager, "类型", prompt, given)
+            kinds = [type(chunk).__name__ for chunk in got]
+            assert type(got) is list and all(kind == "tuple" for kind in kinds), (
+                f"{where} 应返回由 tuple 组成的 list，得到 {type(got).__name__} {got!r}"
+            )
+            assert got == as_list, (
+                f"{where} 应与 list 输入 {prompt!r} 的结果 {as_list!r} 相同，得到 {got!r}"
+            )
+
+
+def check_no_mutation(ns):
+    """Planning leaves the cache and the caller's prompt as they were."""
+    _guard()
+    rng = random.Random(3438)
+    for _ in range(10):
+        stem = rng.choices(range(5), k=rng.randint(1, 8))
+        manager = _probe(ns, block_size=2, cached=[stem[:2], stem])
+        before = _snapshot(manager)
+        prompt = stem + [4, 3, 2]
+        shown = list(prompt)
+        where, _, _, _ = _plan(manager, "不修改", prompt, shown)
+        after = _snapshot(manager)
+        assert after == before, f"{where} 不应修改缓存：之前 {before!r}，之后 {after!r}"
+        assert shown == prompt, f"{where} 不应修改传入的 prompt，调用后它变成了 {shown!r}"
