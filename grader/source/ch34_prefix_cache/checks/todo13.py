@@ -139,7 +139,8 @@ def _classes(ns, **methods):
     Cache = type("Cache", (base,), {**methods, "_check_base": base, "_check_full_error": ns["CacheFullError"]})
 
     def mod3(self, parent_key, token_ids):
-        return hash((parent_key, token_ids)) % 3
+        # ints and tuples of ints hash the same in every process (hash(None) does not before 3.12)
+        return hash((-1 if parent_key is None else parent_key, token_ids)) % 3
 
     def seven(self, parent_key, token_ids):
         return 7
