@@ -4,6 +4,7 @@ import csv
 import importlib
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,13 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from grader.kit.nbsource import NOTEBOOK_NAME  # noqa: E402
+from grader.kit.nbsource import (  # noqa: E402
+    NOTEBOOK_NAME,
+    PARTS,
+    nbgrader_meta,
+    read_source,
+    strip_solution_markers,
+)
 from grader.kit.submissions import filled_submission  # noqa: E402
 from tests import fixtures  # noqa: E402
 
@@ -27,6 +34,43 @@ def all_mistakes():
     ):
         found += importlib.import_module(f"tests.fixtures.{module}").MISTAKES
     return found
+
+
+ALL_TODOS = [todo for part in PARTS for todo in part.todos]
+_REGION = re.compile(
+    r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*(\n|\Z)", re.M | re.S
+)
+
+
+def todo_of_region(cell, before: str) -> int:
+    """The TODO a solution region answers: the cell's id says it (`todo9_...`), else the last
+    `TODO <N>` comment above the region."""
+    named = re.match(r"todo(\d+)_", nbgrader_meta(cell)["grade_id"])
+    return int(named.group(1)) if named else int(re.findall(r"TODO (\d+)", before)[-1])
+
+
+def unfinished_submission(release, solutions, todo: int):
+    """The reference answers with one TODO left as the release has it (`raise NotImplementedError()`)."""
+    stubbed = {}
+    for cell in read_source().cells:
+        if not nbgrader_meta(cell).get("solution"):
+            continue
+
+        def stub(match, cell=cell):
+            if todo_of_region(cell, cell.source[: match.start()]) != todo:
+                return match.group(0)
+            return f"{match.group(1)}raise NotImplementedError()\n"
+
+        text = _REGION.sub(stub, cell.source)
+        if text != cell.source:
+            stubbed[nbgrader_meta(cell)["grade_id"]] = strip_solution_markers(text).rstrip("\n")
+    assert stubbed, f"no solution region answers TODO {todo}"
+    nb = filled_submission(release, solutions)
+    for cell in nb.cells:
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        if grade_id in stubbed:
+            cell.source = stubbed[grade_id]
+    return nb
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +125,8 @@ def autograde(submissions_dir, report_dir, course, jobs=2, extra=(), env=None):
 
 @pytest.fixture(scope="session")
 def graded_batch(fresh_build, tmp_path_factory):
-    """The reference solution, the untouched release and every catalogued mistake, graded in one batch."""
+    """Graded in one batch: the reference solution, the untouched release, every catalogued
+    mistake, and the reference with each TODO in turn left unfinished (`unfinished-todo<N>`)."""
     release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
     solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
     submissions = tmp_path_factory.mktemp("submissions")
@@ -91,6 +136,11 @@ def graded_batch(fresh_build, tmp_path_factory):
         nbformat.write(
             filled_submission(release, solutions, mistake.edits),
             submissions / f"{mistake.name}.ipynb",
+        )
+    for todo in ALL_TODOS:
+        nbformat.write(
+            unfinished_submission(release, solutions, todo),
+            submissions / f"unfinished-todo{todo}.ipynb",
         )
     report = tmp_path_factory.mktemp("report")
     run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course")

@@ -1,15 +1,17 @@
 """`make autograde`: real nbgrader on real kernels, graded in one batch per session."""
 
+import html
+import re
 import subprocess
 import sys
 
 import nbformat
 import pytest
 
-from grader.kit.nbsource import REPO_ROOT
+from grader.kit.nbsource import REPO_ROOT, todo_number
 from grader.kit.report import grade_columns
 from grader.kit.submissions import filled_submission
-from tests.conftest import all_mistakes, autograde, read_nb
+from tests.conftest import ALL_TODOS, all_mistakes, autograde, read_nb
 from tests.fixtures.mistakes_core import MISTAKES as CORE
 
 MISTAKES = all_mistakes()
@@ -17,6 +19,34 @@ MISTAKES = all_mistakes()
 
 def grade_ids(batch):
     return dict(grade_columns(batch["release"]))
+
+
+FEEDBACK_CELL = re.compile(r'<div class="cell[^"]*">(.*?)</div>', re.S)
+GRADE_VERDICT = re.compile(r"<p class=fail><b>([^<]+)</b>")
+FAILURE = re.compile(r"<pre class=fail>(.*?)</pre>", re.S)
+
+
+def feedback_failures(batch, student_id):
+    """What the learner reads on the feedback page: [(grade id or "", failure text)], in order.
+
+    A grade cell's failure is its `ename: evalue`; another cell's is its traceback.
+    """
+    page = (batch["report"] / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
+    found = []
+    for cell in FEEDBACK_CELL.findall(page):
+        failure = FAILURE.search(cell)
+        if failure:
+            verdict = GRADE_VERDICT.search(cell)
+            found.append((verdict.group(1) if verdict else "", html.unescape(failure.group(1))))
+    return found
+
+
+def visible_cell_failed(batch, student_id) -> bool:
+    """Whether any visible test cell (one that calls `run_visible_test(`) shows a failure."""
+    page = (batch["report"] / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
+    cells = [c for c in FEEDBACK_CELL.findall(page) if "run_visible_test(" in c]
+    assert cells, "no visible test cell on the feedback page"
+    return any(FAILURE.search(cell) for cell in cells)
 
 
 def test_reference_solution_scores_full_marks_on_every_cell(graded_batch):
@@ -47,13 +77,53 @@ def test_catalogue_has_at_least_15_core_mistakes():
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
-def test_mistake_loses_points_exactly_on_the_todo_it_breaks(graded_batch, mistake):
+def test_mistake_loses_points_exactly_on_the_checks_it_breaks(graded_batch, mistake):
     row = graded_batch["rows"][mistake.name]
     assert row["status"] == "graded"
     points = grade_ids(graded_batch)
     lost = {g for g, p in points.items() if float(row[g]) < p}
-    assert float(row["score"]) < float(row["max_score"])
     assert lost == set(mistake.loses), f"lost {sorted(lost)}, expected {sorted(mistake.loses)}"
+    if not mistake.loses:  # a correct answer written another way
+        assert float(row["score"]) == float(row["max_score"])
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
+def test_first_failure_message_names_the_cause(graded_batch, mistake):
+    if mistake.loses and not mistake.cause:
+        pytest.skip("no cause words catalogued for this mistake yet")
+    graded = [(g, text) for g, text in feedback_failures(graded_batch, mistake.name) if g]
+    if not mistake.loses:
+        assert graded == []
+        return
+    first_id, first = graded[0]
+    assert first_id in mistake.loses, f"the first failing cell is {first_id}"
+    for word in mistake.cause:
+        assert word in first, f"the first message lacks {word!r}: {first}"
+
+
+@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
+def test_visible_checks_catch_the_mistakes_they_are_meant_to(graded_batch, mistake):
+    if mistake.loses and not mistake.cause:
+        pytest.skip("catalogue entry not yet reviewed for its visible checks")
+    caught = visible_cell_failed(graded_batch, mistake.name)
+    assert caught == mistake.visible, f"the visible cell {'failed' if caught else 'passed'}"
+
+
+def test_visible_checks_pass_on_the_reference_and_ask_for_the_todos_on_the_release(graded_batch):
+    assert not visible_cell_failed(graded_batch, "reference-solution")
+    untouched = [text for g, text in feedback_failures(graded_batch, "untouched-release") if not g]
+    assert "NotImplementedError: 请先完成 TODO 1" in untouched[0]
+
+
+@pytest.mark.parametrize("todo", ALL_TODOS)
+def test_an_unfinished_todo_costs_its_own_checks_and_no_other(graded_batch, todo):
+    row = graded_batch["rows"][f"unfinished-todo{todo}"]
+    assert row["status"] == "graded"
+    points = grade_ids(graded_batch)
+    lost = {g for g, p in points.items() if float(row[g]) < p}
+    own = {g for g in points if todo_number(g) == todo}
+    assert lost == own, f"lost {sorted(lost)}, expected {sorted(own)}"
+    assert all(float(row[g]) == 0 for g in own)
 
 
 def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
@@ -65,7 +135,7 @@ def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
     )
     assert header[:4] == ["student_id", "score", "max_score", "status"]
     assert header[4:-2] == list(grade_ids(graded_batch)) and header[-2:] == ["reason", "repairs"]
-    assert len(graded_batch["rows"]) == len(MISTAKES) + 2
+    assert len(graded_batch["rows"]) == len(MISTAKES) + 2 + len(ALL_TODOS)
 
 
 def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch):
@@ -73,7 +143,8 @@ def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch)
         page = (graded_batch["report"] / "feedback" / f"{student_id}.html").read_text(
             encoding="utf-8"
         )
-        for secret in ("_hidden_todo", "HIDDEN TESTS", "rng = random.Random(34", "class Probe"):
+        secrets = ("_hidden_todo", "HIDDEN TESTS", "rng = random.Random(34", "class Probe")
+        for secret in secrets + ("_hidden_code", "_hidden_scope", "def _oracle_methods"):
             assert secret not in page, f"{student_id}'s feedback shows {secret!r}"
     page = (graded_batch["report"] / "feedback" / "stats-integer-division.html").read_text(
         encoding="utf-8"

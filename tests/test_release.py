@@ -216,6 +216,8 @@ def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(
             assert [e.ename for e in errors] == ["NotImplementedError"], (
                 "the visible tests should ask for the TODOs"
             )
+        elif cell.id.startswith("visible_todo"):  # parts two, three: a check whose earlier TODO is unfinished skips
+            assert [e.ename for e in errors] in ([], ["NotImplementedError"]), f"{cell.id}: {errors}"
         elif nbgrader_meta(cell).get(
             "grade"
         ):  # a grade cell shows little or nothing until its hidden tests run
@@ -230,6 +232,34 @@ def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(
         nb.cells[-1].cell_type == "code" and "run_chunked_gpu_probe(RUN_MODE" in nb.cells[-1].source
     )
     assert '"mode": "dry_run"' in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+
+
+def test_first_cell_and_each_part_heading_give_the_points_and_whether_they_count():
+    from grader.kit.nbsource import part_of
+
+    cells = release().cells
+    grades = [nbgrader_meta(c) for c in cells if nbgrader_meta(c).get("grade")]
+    counted = sum(g["points"] for g in grades if part_of(g["grade_id"]).counted)
+    assert f"{counted} 分" in cells[0].source and "不计入" in cells[0].source
+    headings = [
+        ln
+        for c in cells
+        if c.cell_type == "markdown"
+        for ln in c.source.splitlines()
+        if ln.startswith("## 第")
+    ]
+    assert [h[:7] for h in headings] == ["## 第一部分", "## 第二部分", "## 第三部分"]
+    assert "100 分，计分" in headings[0] and "30 分，计分" in headings[1]
+    assert "选做" in headings[2] and "单独计分" in headings[2]
+
+
+def test_sections_follow_one_numbering_and_no_cell_claims_to_be_the_last_too_early():
+    cells = release().cells
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert not re.search(r"Step \d|34\.\d", text), "one numbering scheme: part.section"
+    for index, cell in enumerate(cells[:-1]):
+        if cell.cell_type == "markdown":
+            assert "最后一个单元格" not in cell.source, f"cell {index} says it is the last"
 
 
 def test_release_validates_as_nbformat_4_5():

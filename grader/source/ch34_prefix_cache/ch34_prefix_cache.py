@@ -22,6 +22,8 @@
 # - **魔搭社区（ModelScope）：** 登录后进入「我的 Notebook」，启动免费的 CPU 实例（做最后的 GPU 实验时选 GPU 实例），在 JupyterLab 左侧上传本 `.ipynb` 文件后双击打开；也可以在实例的终端里 `git clone` 本仓库。
 # - 本 notebook 只依赖 Python 标准库和 PyTorch（Colab 与魔搭实例都已预装），不从仓库里 import 任何东西，单个文件即可运行。
 #
+# **分值：** 第一部分（核心，TODO 1–8）100 分 + 第二部分（真实 KV，TODO 9–10）30 分，共 **130 分，计入成绩**；第三部分（选做，TODO 11–14）40 分**单独记录，不计入这 130 分**；最后的 GPU 实验不计分。每个 TODO 的分数拆到几个评分单元格里（基本行为、边界情况、返回类型、不修改输入……），错一处只扣那一格的分，一个 TODO 写错也不会连累别的 TODO。
+#
 # **交作业：** 完成全部 TODO 后，「文件 → 下载 → 下载 .ipynb」，把文件按老师的要求命名（通常是学号，如 `2024001.ipynb`）后提交。请不要删除或改动带锁的测试单元格；即使误删了，评分脚本也会按原题恢复它们。
 
 # %% [markdown]
@@ -29,15 +31,19 @@
 #
 # 长 prompt 之所以昂贵，不只是因为 token 多，更因为其中大量内容是**重复的**：同一个 system prompt、同一份工具说明、同一个 RAG 模板，以及多轮对话里越积越长的历史。若每个请求都从第一个 token 开始重新做一遍 prefill，这些共享前缀就被一遍遍地重算，它们的 KV cache 也无法在请求之间复用。
 #
-# 本节分三步把这件事落到代码上：
-# 1. **前缀缓存的账本**：登记前缀、为新请求找出最长命中、拆出还需计算的后缀（suffix），并统计复用了多少 token（TODO 1–8，核心部分，共 100 分）。
-# 2. **分块预填充的计划**：把没有命中的长 suffix 切成固定大小的块，逐块推进，观察它如何限制单次 prefill 的工作集。
-# 3. 后面的扩展部分再把账本换成真实的 KV 张量，并证明“缓存 + 分块”的结果与一次完整的 prefill 完全相同。
+# 本节分三部分把这件事落到代码上：
+# 1. **第一部分（核心，100 分，计分）：前缀缓存的账本与分块计划。** 登记前缀、为新请求找出最长命中、拆出还需计算的后缀（suffix）、统计复用了多少 token，再把没有命中的长 suffix 切成固定大小的块逐块推进（TODO 1–8）。
+# 2. **第二部分（30 分，计分）：从账本到真实 KV。** 把账本换成一个小 Transformer 的真实 KV 张量，证明“缓存 + 分块”的结果与一次完整的 prefill 相同，并在 CPU 上实测（TODO 9–10）。
+# 3. **第三部分（选做，40 分，单独计分）：块级前缀缓存。** 真实引擎的做法：固定大小的 KV 块、哈希链、引用计数与 LRU 淘汰（TODO 11–14）。
+#
+# 最后附一个不计分的 GPU 可选实验。小节按部分编号：1.1–1.5、2.1–2.5、3.1–3.8。
 #
 # **前置阅读：** 第 20 节 FlashAttention 模拟、第 22 节 vLLM PagedAttention、第 24 节 SGLang RadixAttention。开始之前，你应该能说清楚 KV cache 为什么能保存“历史”的计算结果。
 
 # %% [markdown]
-# ## Step 1　共享前缀为什么值得缓存
+# ## 第一部分（核心，100 分，计分）：前缀缓存的账本与分块计划
+#
+# ### 1.1　共享前缀为什么值得缓存
 #
 # 在自回归模型里，第 $i$ 个位置的 key/value 只由前 $i$ 个 token 决定。于是，两个请求只要**从开头起**有一段完全相同的 token，这一段的 KV 就完全相同，算一次就够了。前缀缓存（prefix caching）的输入是“已经缓存的若干 token 前缀”和“新请求的 prompt”，输出是“可以直接复用的前缀范围”与“仍需计算的后缀”。
 #
@@ -48,7 +54,7 @@
 # | 必须新算的部分 | 第一个不相同的 token 及其之后的全部 token | 本次请求真正要做的 prefill |
 
 # %% [markdown]
-# ## Step 2　命中的前缀与未命中的后缀
+# ### 1.2　命中的前缀与未命中的后缀
 #
 # 拿到新请求后，先在缓存里找**最长**的匹配前缀，再把 prompt 一分为二。注意：只有从 prompt 开头连续相同的 token 才算命中；某个 token 恰好在中间位置与缓存相同，并不构成前缀命中——它前面的上下文不同，KV 也就不同。
 #
@@ -59,7 +65,7 @@
 # | 没有命中 | `hit_len = 0` | 整个 prompt 都是 suffix |
 
 # %% [markdown]
-# ## Step 3　长后缀如何分块执行
+# ### 1.3　长后缀如何分块执行
 #
 # 即使命中了前缀，剩下的 suffix 也可能很长。一次性把它送进 prefill，注意力分数矩阵和中间激活都按 suffix 长度增长，单次前向的工作集（以及显存峰值）随之变大，还会长时间占住 GPU，让正在解码的其他请求等着。分块预填充（chunked prefill）只处理未命中的 suffix，把它切成固定大小的块，一块一块地推进：
 #
@@ -68,21 +74,27 @@
 # | `block_size` | 每个 chunk 最多包含的 token 数 | 决定单次 prefill 的工作集上限 |
 # | `chunks` | suffix 被切出来的 token 块序列 | 可以逐块推进，而不是一口气处理完整个 suffix |
 # | 尾块 | 最后一个不足 `block_size` 的 chunk | 真实输入长度很少恰好整除，必须正确处理 |
+#
+# **`block_size` 在本 notebook 里有两种含义，** 沿用题目给出的参数名，引擎里它们是两个不同的参数：
+# - **第一、二部分：分块预填充的块大小（chunk size）。** 一次前向最多送进几个 prompt token，限制的是单次 prefill 的工作集。vLLM 用每步的 token 预算 `max_num_batched_tokens` 控制它，SGLang 叫 `--chunked-prefill-size`。第二部分的函数参数就叫 `chunk_size`。
+# - **第三部分：KV cache 的块（页）大小（block / page size）。** 每个物理块存几个 token 的 K/V，决定前缀缓存的粒度：只有满块才能共享。vLLM 叫 `--block-size`（PagedAttention 的页），SGLang 叫 `--page-size`。
+#
+# 两者可以独立设置：例如 KV 块是 16 个 token，而每次 prefill 最多处理 2048 个 token。
 
 # %% [markdown]
-# ## Step 4　实现前缀缓存管理器与分块计划
+# ### 1.4　实现前缀缓存管理器与分块计划
 #
 # 下面的 `PrefixCacheManager` 用最小的代码表达上面的流程：token 序列用 `list` 表示，chunk 用 `tuple` 表示。它只验证**控制逻辑**（命中多长、后缀是什么、怎样分块、复用了多少 token）；真实系统还要把命中范围映射到 KV cache 的物理存储，并管理它的生命周期——这些留到后面的扩展部分。
 #
 # | 阶段 | 要完成的内容 | 产出与检查项 |
 # |---|---|---|
-# | 表示与分块 | TODO 1–2：统一 token 类型，按 `block_size` 切块 | token 列表、chunk 边界、尾块 |
+# | 表示与分块 | TODO 1–2：统一 token 类型，按 `block_size`（chunk 大小）切块 | token 列表、chunk 边界、尾块 |
 # | 前缀命中 | TODO 3–5：登记前缀、求最长命中、拆出 suffix | `hit_len`、`reusable_prefix`、`suffix` |
 # | 执行账本 | TODO 6–8：生成分块计划、统计复用 | `hit_tokens`、`uncached_tokens`、`reuse_ratio`、suffix 的 chunks |
 #
 # **提示**
 # - 基础表示：`_normalize` 把 list、tuple、range 等输入统一成普通 `list`；`_chunk_tokens` 先 normalize，再按 `block_size` 切成 tuple，最后一块可以不满。
-# - 命中路径：`add_prefix` 登记前缀（重复登记不应产生新条目），`match_prefix` 只接受从开头连续的命中并取最长，`split_prompt` 据此拆出前缀和后缀。
+# - 命中路径：`add_prefix` 登记前缀（重复登记不应产生新条目），`match_prefix` 只接受从开头连续的命中并取最长，`split_prompt` 据此拆出前缀和后缀，返回 3 元组 `(prefix, suffix, hit_len)`：普通 tuple 或它的子类（例如 `NamedTuple`）都可以，`prefix` 和 `suffix` 是普通 list。
 # - 执行账本：`chunked_prefill_plan` 对整个 prompt 切块；`cache_stats` 统计 token 级命中；`chunked_suffix_prefill_plan` 只对 suffix 切块。
 #
 # 每个 TODO 只需写几行。把 `raise NotImplementedError()` 换成你的代码即可，不要改方法的名字和签名：自动评分会逐个方法检查。
@@ -143,7 +155,8 @@ class PrefixCacheManager:
         return best_len
 
     def split_prompt(self, prompt_tokens: Sequence[int]) -> Tuple[List[int], List[int], int]:
-        # TODO 5: hit_len 之前是可复用前缀，之后是待 prefill 的后缀（两者都是 list）。
+        # TODO 5: hit_len 之前是可复用前缀，之后是待 prefill 的后缀（两者都是 list）；
+        #         返回 3 元组（普通 tuple 或 NamedTuple 这样的 tuple 子类都可以）。
         prompt = self._normalize(prompt_tokens)
         hit_len = self.match_prefix(prompt)
         ### BEGIN SOLUTION
@@ -182,7 +195,7 @@ class PrefixCacheManager:
 # %% [markdown]
 # ### 测试
 #
-# 运行下面的单元格检查你的实现。它与下方逐个 TODO 的评分单元格相互独立：这里全部通过，说明基本路径正确；评分时还会用随机输入、边界情况和多种 `block_size` 再检查一遍。
+# 运行下面的单元格检查 TODO 1–8（几秒内跑完）。每条断言失败时都会写明是哪个 TODO、输入是什么、应该得到什么、实际得到什么；你的代码抛出的异常保持原样（`TypeError` 就是 `TypeError`），只有某个方法里仍是 `raise NotImplementedError()` 时才提示“请先完成 TODO N”。这里全部通过，说明基本路径正确；评分时还会用随机输入、边界情况和多种 `block_size` 再检查一遍。
 
 # %% nbgrader={"grade": false, "grade_id": "visible_tests", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 运行此单元格检查 TODO 1–8：每条断言的消息写明 TODO、输入、期望值和实际得到的值。
@@ -258,9 +271,9 @@ def run_visible_test(test, todo_of_method):
 run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 
 # %% [markdown]
-# ### 自动评分单元格（每个 TODO 一格）
+# ### 自动评分单元格（每个 TODO 分几格，合计 100 分）
 #
-# 下面每个单元格检查一个 TODO，分值写在单元格的评分信息里（合计 100 分）。你能看到的只是其中一小部分断言；评分时每格还会运行隐藏测试：固定随机种子的随机输入与参考实现对比、list / tuple / range 三种输入、空 prompt、重复登记、比 prompt 更长的前缀、与缓存前缀完全相同的 prompt、多种 `block_size`，并检查查询不会改动缓存、返回值的类型完全正确。每格只检查自己的 TODO：其他 TODO 写错不会连累这一格。
+# 下面每个单元格检查一个 TODO 的一个方面，第一行注释写明它检查什么、值几分：基本行为、边界情况（空 prompt、完整命中、不满的尾块……）、返回类型、不修改缓存和输入。单元格里的检查是隐藏的，评分时才运行：固定随机种子的随机输入与参考实现对比、list / tuple / range 三种输入、多种 `block_size`。每格只检查自己的 TODO：它用到的其他方法都换成参考实现，所以别的 TODO 写错不会连累这一格。评分反馈会列出每一格的得分和第一条失败信息。
 
 # %% nbgrader={"grade": true, "grade_id": "test_todo1_basic", "locked": true, "points": 4, "schema_version": 3, "solution": false, "task": false}
 # TODO 1 · 基本（4 分）：随机 list 输入，内容、顺序与重复 token 都与参考实现相同
@@ -448,7 +461,7 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 #
 # 请先独立完成 TODO 1–8，并让上面的测试单元格通过，再往下走。
 #
-# 参考答案与逐条解析**不在**这本学生版 notebook 里：它们在讲师用 `make` 生成的 `solutions/ch34_prefix_cache.ipynb` 中，通常在作业截止后发布。卡住时，先回到 Step 2–3 的表格，对照测试单元格里的断言想一想“输入是什么、应该返回什么类型”。
+# 参考答案与逐条解析**不在**这本学生版 notebook 里：它们在讲师用 `make` 生成的 `solutions/ch34_prefix_cache.ipynb` 中，通常在作业截止后发布。卡住时，先回到 1.2–1.3 节的表格，对照测试单元格里的断言想一想“输入是什么、应该返回什么类型”。
 
 # %% [markdown] tags=["solutions-only"]
 # ## 参考答案解析
@@ -477,7 +490,7 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 # - **工程上还缺什么：** 真实系统里缓存占用显存，必须配合淘汰策略（LRU）、引用计数和物理块管理；第三部分（选做）会实现它们。
 
 # %% [markdown]
-# ## 证据边界：这一部分证明了什么，没证明什么
+# ### 1.5　证据边界：这一部分证明了什么，没证明什么
 #
 # - **证明了：** 命中长度、suffix 拆分、分块计划和 token 级账本的控制逻辑是对的（随机输入与参考实现逐一比对）。
 # - **没有证明：** 真实 KV 张量的复用是否正确、显存省了多少、TTFT / TPOT 和吞吐如何变化。`reuse_ratio` 是 token 数之比，不是显存或时间之比。第二部分用一个小 Transformer 给出“缓存后 logits 与完整 prefill 相同”的证据和 CPU 上的实测；服务级别的指标需要第 69 节的 backend benchmark。
@@ -485,7 +498,7 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 
 # %% [markdown]
 # ---
-# ## 第二部分：从账本到真实 KV —— 在一个小 Transformer 上做前缀缓存与分块预填充
+# ## 第二部分（30 分，计分）：从账本到真实 KV —— 在一个小 Transformer 上做前缀缓存与分块预填充
 #
 # 第一部分的 `PrefixCacheManager` 只记账：它告诉我们 prompt 的前 `hit_len` 个 token 可以复用、剩下的 suffix 要重新算，但它手里没有任何张量。这一部分把账本接到真实的 KV cache 上，并回答两个问题：
 #
@@ -494,14 +507,12 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 #
 # | 步骤 | 内容 | 你要写的 |
 # |---|---|---|
-# | 34.6 | 一个带 KV cache 接口的极小 decoder-only Transformer（已给出） | — |
-# | 34.7 | 分块预填充：每块都接着前面所有 token 的 KV 计算 | TODO 9 `chunked_prefill` |
-# | 34.8 | 带真实 KV 的前缀缓存：复用最长命中前缀，只算 suffix | TODO 10 `KVPrefixCache` |
-# | 34.9 | 代价模型与 CPU 实测：缓存加速比、注意力峰值内存 | — |
+# | 2.1 | 一个带 KV cache 接口的极小 decoder-only Transformer（已给出） | — |
+# | 2.2 | 分块预填充：每块都接着前面所有 token 的 KV 计算 | TODO 9 `chunked_prefill` |
+# | 2.3 | 带真实 KV 的前缀缓存：复用最长命中前缀，只算 suffix | TODO 10 `KVPrefixCache` |
+# | 2.4 | 代价模型与 CPU 实测：缓存加速比、注意力峰值内存 | — |
 #
-# 这一部分开始用 PyTorch（只用 CPU，几秒内跑完）。**本部分 30 分（TODO 9、TODO 10 各 15 分），计入总分**；每个 TODO 的分数分给几格自动评分单元格，每格查一个方面。
-#
-# **`block_size` 在这里是预填充的分块大小（chunk size）**：`KVPrefixCache(model, block_size)` 按它把 suffix 切块送入模型，和第一部分 `PrefixCacheManager(block_size)` 的含义相同。第三部分的 `block_size` 则是 KV 页（物理块）的大小。引擎里两者是两个参数：vLLM 分块预填充每一步最多处理多少 token 由 `max_num_batched_tokens` 决定，KV 页的大小才叫 `block_size`。
+# 这一部分开始用 PyTorch（只用 CPU，几秒内跑完）。TODO 9、10 各 15 分，计入成绩。这里的 `block_size` / `chunk_size` 是分块预填充的块大小（第一部分的含义），不是 KV 块的大小。
 
 # %% nbgrader={"grade": false, "grade_id": "kv_imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -582,7 +593,7 @@ def run_visible_checks(checks):
 
 
 # %% [markdown]
-# ### 34.6　一个带 KV cache 接口的极小 Transformer
+# ### 2.1　一个带 KV cache 接口的极小 Transformer
 #
 # 下面的模型按 nanoGPT 的写法自底向上搭成：注意力 `CausalSelfAttention`、含 MLP 的 `TransformerBlock`、整个模型 `TinyCausalLM`，超参数放在 `TinyConfig` 里。权重用固定种子随机初始化（float32），没有训练过——我们只关心“缓存后的计算是否等于完整计算”，这与权重是否训练过无关。
 #
@@ -659,7 +670,7 @@ class CausalSelfAttention(nn.Module):
         self.n_heads, self.head_dim = config.n_heads, config.head_dim
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=False)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=False)
-        self.scores_tap = nn.Identity()  # 测量点：什么也不做，34.9 节用 forward hook 在这里看注意力分数张量
+        self.scores_tap = nn.Identity()  # 测量点：什么也不做，2.4 节用 forward hook 在这里看注意力分数张量
 
     def forward(self, x, layer_past=None):
         # x: (T, d) 新 token 的隐状态；layer_past: None 或本层已缓存的 (k, v)，各 (nh, P, hs)
@@ -767,7 +778,7 @@ T_demo, S_demo = 2, 5
 print("右下角对齐的掩码 (T=2, S=5):\n", torch.ones(T_demo, S_demo, dtype=torch.int8).tril(diagonal=S_demo - T_demo))
 
 # %% [markdown]
-# ### 34.7　TODO 9：分块预填充
+# ### 2.2　TODO 9：分块预填充
 #
 # 长 prompt 一次性送进模型时，每层的注意力分数是 `(n_heads, T, T)`，随 `T` 平方增长。分块预填充把 token 切成每块最多 `chunk_size` 个，依次送入；每一块都带上**前面所有块**的 KV，所以每个 token 看到的东西与一次性计算时完全相同，结果也相同，而每次调用的注意力分数只有 `(n_heads, c, 已有 token 数 + c)`。
 #
@@ -860,7 +871,7 @@ run_visible_checks([("TODO 9", visible_check_todo9)])
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### 34.8　TODO 10：带真实 KV 的前缀缓存
+# ### 2.3　TODO 10：带真实 KV 的前缀缓存
 #
 # 现在把第一部分的账本和真实 KV 接起来。`KVPrefixCache` 用组合的方式持有一个 `PrefixCacheManager`（`self.manager`，负责登记前缀、找最长命中），再用字典 `self.prefix_kv` 保存每个已登记前缀的 KV：键是 `tuple(前缀 token)`，值是恰好覆盖这个前缀的 `past_kv`。
 #
@@ -1012,7 +1023,7 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 # 真实系统多走一步：vLLM 在 prefill 时顺手把算好的每个满块登记进缓存，`add_prefix` 这一步就省了；SGLang 用基数树保存前缀，命中可以停在任意 token 上，而不只是“登记过的完整前缀”。
 
 # %% [markdown]
-# ### 34.9　代价模型：命中 h 能省多少？
+# ### 2.4　代价模型：命中 h 能省多少？
 #
 # 设模型有 `L` 层、宽度 `d`，`N` 个非嵌入参数（这里把 `lm_head` 也算进去：每个新 token 都要算一次 logits）。prefill `T` 个 token 的浮点运算量：
 #
@@ -1254,14 +1265,14 @@ if memory_rows:
         plt.show()
 
 # %% [markdown]
-# ### 证据边界：这一部分证明了什么，没证明什么
+# ### 2.5　证据边界：这一部分证明了什么，没证明什么
 #
 # - **证明了：** 在一个随机权重的小 Transformer 上，分块预填充、以及复用缓存前缀后只算 suffix，得到的 logits 和 KV 与一次完整前向一致（`torch.allclose`，`atol = 1e-5`）。等式来自因果性，与权重是否训练过、模型大小无关；右下角对齐的掩码和绝对位置是它成立的两个前提。评分测试用随机 prompt、多种 chunk 大小和前缀组合检查了这一点。
 # - **测量了：** 单个 prompt 在 CPU 上（单线程）、float32 小模型的 prefill 耗时，以及 hook 看到的最大注意力分数张量。加速比的趋势和代价模型一致；绝对数值受 CPU、线程数、调用开销影响很大，只能说明“命中越多越快、且比 `1/(1−h)` 慢”，不能当作 GPU 上的数字。
 # - **没有测：** batch、调度、TTFT / TPOT、吞吐、显存碎片、真实模型的权重与 kernel（FlashAttention、分页 KV）。这些需要 serving 级别的 benchmark（第 69 节）。最后的 GPU 实验给出分配器层面的峰值显存，但仍只是这个小模型上的一次 prefill。
 
 # %% [markdown]
-# ## 第三部分（选做）：真实引擎怎么做——块级前缀缓存、引用计数与 LRU 淘汰
+# ## 第三部分（选做，40 分，单独计分）：真实引擎怎么做——块级前缀缓存、引用计数与 LRU 淘汰
 #
 # 第一部分的 `PrefixCacheManager` 把“登记前缀 → 最长匹配 → 拆出 suffix”这条路径讲清楚了，但它离真实引擎还差三步：
 #
@@ -1273,12 +1284,10 @@ if memory_rows:
 #
 # 本部分实现 `BlockPrefixCache`：固定 `num_blocks` 个物理块、只缓存满块的哈希链、每块一个引用计数、可淘汰块按 LRU 排队，外加 vLLM 口径的 token 级命中率统计。最后用合成负载量一量：容量多大时命中率才上得去，淘汰策略换成 FIFO 或随机会怎样。
 #
-# 本部分是**选做**，单独计分，共 40 分（TODO 11–14），**不计入总分**。只用 Python 标准库，不需要 torch。
-#
-# **注意：这里的 `block_size` 是 KV 页（物理块）的大小**——每个物理块存多少个 token 的 K/V，只有满块才缓存、才共享；它和第一、二部分里预填充的分块大小（chunk size）不是一回事。
+# 本部分是**选做**，共 40 分（TODO 11–14），单独记录，不计入前两部分的 130 分。只用 Python 标准库，不需要 torch。这里的 `block_size` 是 KV cache 的块（页）大小：每个物理块存几个 token 的 K/V（见 1.3 节末尾），不是第一、二部分的 prefill chunk 大小。
 
 # %% [markdown]
-# ### 四个设计决定，各自为了什么
+# ### 3.1　四个设计决定，各自为了什么
 #
 # **为什么按块（paged KV）。** vLLM 的 PagedAttention 把 KV cache 切成固定大小的物理块，每块存 `block_size` 个 token 的 K/V；一个请求的 KV 由一张块表（block table）指向若干物理块，不要求显存连续。前缀缓存就建在这一层上：两个请求前 k 个满块的内容相同，它们的块表就可以指向同一批物理块。所以缓存的单位是**满块**。最后一个不满的块还会被继续写入（后面的 prompt token、decode 出的新 token 都会落进去），内容还没定型，不能共享。代价是命中长度按块向下取整：共享 100 个 token、`block_size=16` 时只能复用 96 个。
 #
@@ -1288,7 +1297,7 @@ if memory_rows:
 #
 # **为什么是 LRU。** 池子满了又需要新块时，只能从可淘汰块里挑一个清掉。刚被用过的前缀（热门的 system prompt、正在进行的多轮对话）最可能马上再被用到，所以先淘汰最久未用的。这里用 `OrderedDict` 当队列：`release` 时追加到队尾，淘汰时从队首弹出，都是 O(1)。一个请求的块按**从尾到头**的顺序入队，同一条链上就总是先淘汰尾部、后淘汰头部；父块永远不会比子块先被淘汰（链上缺了父块，子块就再也查不到了）。
 #
-# ### 接口
+# ### 3.2　接口
 #
 # | 方法 | 做什么 | 改状态吗 |
 # |---|---|---|
@@ -1692,7 +1701,7 @@ except NotImplementedError:
     print("先完成 TODO 11–14，再运行这个演示。")
 
 # %% [markdown]
-# ### 自动评分单元格：TODO 11–14（选做，共 40 分，单独计分）
+# ### 3.3　自动评分单元格：TODO 11–14（选做，共 40 分，单独计分）
 #
 # 下面每格检查一个 TODO 的一个方面，分值写在第一行。每格只查自己的 TODO：查某个 TODO 时，其余方法换成评分代码自带的参考实现；每一步之后都检查全部不变量（`check_integrity()`）。
 
@@ -1793,7 +1802,7 @@ except NotImplementedError:
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# ### 工作负载模拟器：什么样的请求流才能命中
+# ### 3.4　工作负载模拟器：什么样的请求流才能命中
 #
 # 命中率不是缓存自己的属性，而是“缓存 × 请求流”的结果。下面的模拟器生成三种真实场景里常见的请求流（token 是随机整数，只有刻意共享的部分才相同）：
 #
@@ -2042,7 +2051,7 @@ class RandomBlockPrefixCache(_PolicyBlockPrefixCache):
         return self._rng.choice(list(self._evictable))
 
 # %% [markdown]
-# ### 测量一：命中率随容量的变化
+# ### 3.5　测量一：命中率随容量的变化
 #
 # 同一个请求流，块池从 64 块放大到 2048 块（`block_size=16`，最多 4 个请求同时运行）。最后一行是第一部分的 `PrefixCacheManager`：不限容量，每个 prompt 整条登记。“不淘汰所需块数”是请求流里不同满块前缀的个数，池子有这么大就永远不必淘汰。整段测量在普通 CPU 上约 2 秒。
 
@@ -2097,7 +2106,7 @@ del _show_hit_rate_vs_capacity
 # - **`PrefixCacheManager` 只认“整条旧 prompt”。** 它把每个 prompt 整条登记，新请求只有以某条**完整的**旧 prompt 开头才算命中。`system-prompt` 和 `few-shot` 的新请求从不以别人的完整 prompt 开头，所以命中率是 0；块级缓存按块自动发现任意长度的公共前缀，不需要谁事先登记“哪段是公共的”。`multi-turn` 里上一轮的 prompt 恰好是下一轮的前缀，它按 token 精确命中，也不受容量限制，所以和大池子的块级缓存不相上下；块级缓存多出来的是各会话共享的那段 system prompt，少掉的是按块取整。
 
 # %% [markdown]
-# ### 测量二：淘汰策略为什么重要
+# ### 3.6　测量二：淘汰策略为什么重要
 #
 # 同样的请求流、同样的块池，只换淘汰策略：LRU（本节的 `BlockPrefixCache`）、FIFO（淘汰最早登记的块）、随机淘汰。三者都受引用计数保护：正在运行的请求用着的块谁也不会淘汰。区别只在于：当几个块都没人用时，先丢哪一个。
 
@@ -2130,12 +2139,12 @@ del _show_eviction_policies
 # 反过来，LRU 也有吃亏的时候：一大批只出现一次的长文档会把热门前缀挤到队首（缓存污染，scan pollution）。vLLM 社区里就有人提议借鉴 Linux 页缓存的 active/inactive 两条链表来缓解。
 
 # %% [markdown]
-# ### vLLM 和 SGLang：同一件事的两种组织方式
+# ### 3.7　vLLM 和 SGLang：同一件事的两种组织方式
 #
 # vLLM 的 prefix caching 和本节的 `BlockPrefixCache` 同构：KV 按固定大小的块分页，只有满块才计算块哈希（父块哈希 + 本块 token，再加上 LoRA、多模态输入等额外键），用一张“块哈希 → 物理块”的字典查找；空闲块放在一个双向链表里，按淘汰顺序排列，请求结束时它的块从尾到头追加到链表末尾，需要新块时从表头取，取到还带着哈希的块就顺手把它从字典里删掉（惰性淘汰）；命中时把块从空闲链表中摘下、引用计数 +1。查找本身不改变淘汰顺序。SGLang 的 RadixAttention 则把所有缓存的前缀组织成一棵基数树：边上是 token 序列，节点上挂着这些 token 的 KV 在显存池里的位置（默认一个 token 一个槽位，也可以按页）。匹配时从根沿树逐段比较 token，不用哈希，命中长度可以精确到 token，分叉处就地把节点一分为二；引用计数（lock_ref）沿着从节点到根的路径加减；淘汰时只从引用计数为 0 的叶子里按最近访问时间挑最老的，叶子删掉后父节点可能变成新的叶子；匹配会刷新路径上节点的访问时间。两者的取舍：哈希链的每一步是 O(1) 的字典查找，块表天然对齐 PagedAttention 的块；基数树命中更精细，树的结构本身就表达了前缀之间的共享关系，同时也要自己维护节点分裂和叶子淘汰。
 
 # %% [markdown]
-# ### 证据边界：这一部分证明了什么，没证明什么
+# ### 3.8　证据边界：这一部分证明了什么，没证明什么
 #
 # - **证明了：** `BlockPrefixCache` 的簿记是对的：随机操作序列与暴力参考实现逐步比对，每一步之后所有不变量都成立（块池不超容量、使用中的块不被淘汰、淘汰顺序是 LRU、不满的块不缓存、强制哈希碰撞也不会返回错误的块、查询不改变状态、块不够时报错且不改变状态）。
 # - **测到了：** 在**合成**请求流上，token 级命中率如何随块池容量和淘汰策略变化；仓库里的 `bench/bench_block_cache.py` 另外测了查找开销：缓存 100 到 10,000 条序列时 `match` 的耗时，对照 `PrefixCacheManager.match_prefix` 的线性扫描。
@@ -2143,9 +2152,9 @@ del _show_eviction_policies
 # - **没有实现：** decode 阶段新生成的满块也登记进缓存（vLLM 会这样做，多轮对话的命中率会更高）；全部命中时仍要重算最后一个 token 以得到 logits；LoRA / 多模态的额外哈希键；抢占（preemption）时的块回收；KV 在 GPU、CPU、磁盘之间的分层卸载。
 
 # %% [markdown]
-# ## Step 5　GPU 可选实验：观察分块带来的资源边界
+# ## 附：GPU 可选实验（不计分）：观察分块带来的资源边界
 #
-# 这是本 notebook 的最后一个单元格。它用**合成的** hidden states 比较“一次性处理整个 suffix”与“按 chunk 处理 suffix”时的显存分配峰值，帮助理解分块限制了什么。它不是真实的 prefix cache、KV cache 或 serving benchmark。
+# 这个实验由下面两个单元格组成（配置、运行）。它用**合成的** hidden states 比较“一次性处理整个 suffix”与“按 chunk 处理 suffix”时的显存分配峰值，帮助理解分块限制了什么。它不是真实的 prefix cache、KV cache 或 serving benchmark。
 #
 # - 第二部分的小 Transformer（float32，`d = 512`、4 层、4096 个 token）也在这里上 GPU：一次性与分块预填充的峰值显存（`torch.cuda.max_memory_allocated`，包括分数张量的几份拷贝、KV 和激活，不只是分数张量）、耗时（计时前后 `synchronize`）、分块结果与一次性结果的最大误差，以及命中 90% 时的 prefill 加速比与代价模型之比。这一部分需要先完成 TODO 9–10。
 # - 默认 `RUN_MODE = 'dry_run'`：只打印实验计划，不导入 torch、不申请任何 CUDA 张量，在任何机器上都能运行。

@@ -36,6 +36,34 @@ def _call(where, method, *args):
         raise AssertionError(f"{where} 抛出 {type(error).__name__}: {error}") from None
 
 
+def _plain(value):
+    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
+    if type(value) is list:
+        return ("list", tuple(_plain(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_plain(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
+    if type(value) in (int, float, str, bool, type(None)):
+        return (type(value).__name__, value)
+    return ("other", id(value))
+
+
+def _varies(where, results, expected):
+    """A property check (types, no mutation, an edge case) pays only for code that computes:
+    some answer must be right, and where the right answers differ, the answers must too."""
+    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
+    if not any(r == e for r, e in zip(results, expected)):
+        raise AssertionError(
+            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
+        )
+    if len(set(expected)) > 1 and len(set(results)) == 1:
+        raise AssertionError(
+            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
+            "这一格只在方法真正按输入计算时给分"
+        )
+
+
 def check_basic(ns):
     """Random lists: same tokens, same order, repeats kept."""
     _guard()
@@ -63,6 +91,7 @@ def check_types(ns):
     rng = random.Random(3411)
     cases = [(1, 2, 3), range(5), range(3, 12, 2), [4, 4, 2]]
     cases += [tuple(rng.choices(range(6), k=rng.randint(1, 12))) for _ in range(10)]
+    results = []
     for tokens in cases:
         expected = list(tokens)
         where = f"{TODO} · 类型: _normalize({tokens!r})"
@@ -71,6 +100,8 @@ def check_types(ns):
             f"{where} 应返回普通 list {expected!r}，得到 {type(got).__name__} {got!r}"
         )
         assert all(type(x) is int for x in got), f"{where} 的元素应是 int，和输入一样，得到 {got!r}"
+        results.append(got)
+    _varies(f"{TODO} · 类型: _normalize", results, [list(tokens) for tokens in cases])
 
 
 def check_edge(ns):

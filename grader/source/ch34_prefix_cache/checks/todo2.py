@@ -110,10 +110,40 @@ def _snapshot(manager):
 
 def _as_chunks(got):
     """The contents of a list of chunks as tuples, or None when it is not one."""
+    if type(got) not in (list, tuple):
+        return None
     try:
         return [tuple(chunk) for chunk in got]
     except TypeError:
         return None
+
+
+def _plain(value):
+    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
+    if type(value) is list:
+        return ("list", tuple(_plain(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_plain(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
+    if type(value) in (int, float, str, bool, type(None)):
+        return (type(value).__name__, value)
+    return ("other", id(value))
+
+
+def _varies(where, results, expected):
+    """A property check (types, no mutation, an edge case) pays only for code that computes:
+    some answer must be right, and where the right answers differ, the answers must too."""
+    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
+    if not any(r == e for r, e in zip(results, expected)):
+        raise AssertionError(
+            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
+        )
+    if len(set(expected)) > 1 and len(set(results)) == 1:
+        raise AssertionError(
+            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
+            "这一格只在方法真正按输入计算时给分"
+        )
 
 
 def _hint(got, expected, tokens, size):
@@ -168,7 +198,9 @@ def check_tail(ns):
 def check_types(ns):
     """A plain list of plain tuples, for list, tuple and range inputs."""
     _guard()
-    for size, tokens in ((2, [1, 2, 3]), (3, (4, 5, 6, 7)), (2, range(5)), (4, range(3, 11))):
+    cases = ((2, [1, 2, 3]), (3, (4, 5, 6, 7)), (2, range(5)), (4, range(3, 11)))
+    results = []
+    for size, tokens in cases:
         manager = _probe(ns, block_size=size)
         where = f"{TODO} · 类型: block_size={size} 时 _chunk_tokens({tokens!r})"
         got = _call(where, manager._chunk_tokens, tokens)
@@ -177,6 +209,8 @@ def check_types(ns):
         assert all(kind == "tuple" for kind in kinds), (
             f"{where} 的每一块都应是 tuple（块形成后不再修改，也可以做字典的键），得到 {got!r}"
         )
+        results.append(got)
+    _varies(f"{TODO} · 类型: _chunk_tokens", results, [_chunks(t, s) for s, t in cases])
 
 
 def check_edge(ns):
@@ -188,6 +222,9 @@ def check_edge(ns):
             where = f"{TODO} · 边界: block_size={size} 时 _chunk_tokens({tokens!r})"
             got = _call(where, manager._chunk_tokens, tokens)
             assert type(got) is list and got == [], f"{where} 应返回 []，得到 {got!r}"
+        full = list(range(2 * size))
+        where = f"{TODO} · 边界: block_size={size} 时 _chunk_tokens({full!r})"
+        _varies(where, [got, _call(where, manager._chunk_tokens, full)], [[], _chunks(full, size)])
     tokens = [1, 2, 3, 4, 5]
     where = f"{TODO} · 边界: _chunk_tokens({tokens!r})"
     _call(where, _probe(ns, block_size=2)._chunk_tokens, tokens)

@@ -110,10 +110,40 @@ def _snapshot(manager):
 
 def _as_chunks(got):
     """The contents of a list of chunks as tuples, or None when it is not one."""
+    if type(got) not in (list, tuple):
+        return None
     try:
         return [tuple(chunk) for chunk in got]
     except TypeError:
         return None
+
+
+def _plain(value):
+    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
+    if type(value) is list:
+        return ("list", tuple(_plain(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_plain(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
+    if type(value) in (int, float, str, bool, type(None)):
+        return (type(value).__name__, value)
+    return ("other", id(value))
+
+
+def _varies(where, results, expected):
+    """A property check (types, no mutation, an edge case) pays only for code that computes:
+    some answer must be right, and where the right answers differ, the answers must too."""
+    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
+    if not any(r == e for r, e in zip(results, expected)):
+        raise AssertionError(
+            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
+        )
+    if len(set(expected)) > 1 and len(set(results)) == 1:
+        raise AssertionError(
+            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
+            "这一格只在方法真正按输入计算时给分"
+        )
 
 
 def _entry_hint(entry, prefix, size):
@@ -168,7 +198,12 @@ def check_repeat(ns):
         manager = _probe(ns, block_size=size)
         stems = [list(range(4)), rng.choices(range(6), k=5), rng.choices(range(6), k=3)]
         for tokens in stems:
-            _register(manager, "重复登记", tokens)
+            where, _ = _register(manager, "重复登记", tokens)
+        distinct = list(dict.fromkeys(tuple(s) for s in stems))
+        assert [tuple(p) for p in manager.cached_prefixes] == distinct, (
+            f"{where} 后 cached_prefixes 应为 {distinct!r}，得到 {manager.cached_prefixes!r}"
+            "（这一格只在前缀真正登记进缓存时给分）"
+        )
         before = _snapshot(manager)
         for tokens in (stems[0], tuple(stems[1]), range(4), stems[2], tuple(stems[0])):
             where, _ = _register(manager, "重复登记", tokens)

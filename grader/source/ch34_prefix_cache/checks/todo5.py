@@ -111,10 +111,40 @@ def _snapshot(manager):
 
 def _as_chunks(got):
     """The contents of a list of chunks as tuples, or None when it is not one."""
+    if type(got) not in (list, tuple):
+        return None
     try:
         return [tuple(chunk) for chunk in got]
     except TypeError:
         return None
+
+
+def _plain(value):
+    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
+    if type(value) is list:
+        return ("list", tuple(_plain(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_plain(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
+    if type(value) in (int, float, str, bool, type(None)):
+        return (type(value).__name__, value)
+    return ("other", id(value))
+
+
+def _varies(where, results, expected):
+    """A property check (types, no mutation, an edge case) pays only for code that computes:
+    some answer must be right, and where the right answers differ, the answers must too."""
+    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
+    if not any(r == e for r, e in zip(results, expected)):
+        raise AssertionError(
+            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
+        )
+    if len(set(expected)) > 1 and len(set(results)) == 1:
+        raise AssertionError(
+            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
+            "这一格只在方法真正按输入计算时给分"
+        )
 
 
 def _split(manager, label, prompt, shown=None):
@@ -165,6 +195,7 @@ def check_types(ns):
     """prefix and suffix are plain lists, hit_len an int, for list, tuple and range prompts."""
     _guard()
     rng = random.Random(3415)
+    results, wanted = [], []
     for _ in range(15):
         stem, manager = _random_manager(ns, rng)
         manager.cached_prefixes.append((0, 1))
@@ -176,6 +207,9 @@ def check_types(ns):
                     f"{where} 应返回 (list, list, int)，得到 {' / '.join(kinds)} {got!r}"
                     "（请对 _normalize 之后的 prompt 切片，而不是原始的 prompt_tokens）"
                 )
+                results.append(got)
+                wanted.append(expected)
+    _varies(f"{TODO} · 类型: split_prompt", results, wanted)
 
 
 def check_edge(ns):
@@ -195,12 +229,16 @@ def check_no_mutation(ns):
     """Splitting leaves the cache and the caller's prompt as they were."""
     _guard()
     rng = random.Random(3425)
+    results, wanted = [], []
     for _ in range(15):
         stem, manager = _random_manager(ns, rng)
         before = _snapshot(manager)
         prompt = stem + [4, 4]
         shown = list(prompt)
-        where, got, _ = _split(manager, "不修改", prompt, shown)
+        where, got, expected = _split(manager, "不修改", prompt, shown)
+        results.append(got)
+        wanted.append(expected)
         after = _snapshot(manager)
         assert after == before, f"{where} 是查询，不应修改缓存：之前 {before!r}，之后 {after!r}"
         assert shown == prompt, f"{where} 不应修改传入的 prompt，调用后它变成了 {shown!r}"
+    _varies(f"{TODO} · 不修改: split_prompt", results, wanted)

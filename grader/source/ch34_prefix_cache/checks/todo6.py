@@ -112,10 +112,40 @@ def _snapshot(manager):
 
 def _as_chunks(got):
     """The contents of a list of chunks as tuples, or None when it is not one."""
+    if type(got) not in (list, tuple):
+        return None
     try:
         return [tuple(chunk) for chunk in got]
     except TypeError:
         return None
+
+
+def _plain(value):
+    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
+    if type(value) is list:
+        return ("list", tuple(_plain(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_plain(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
+    if type(value) in (int, float, str, bool, type(None)):
+        return (type(value).__name__, value)
+    return ("other", id(value))
+
+
+def _varies(where, results, expected):
+    """A property check (types, no mutation, an edge case) pays only for code that computes:
+    some answer must be right, and where the right answers differ, the answers must too."""
+    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
+    if not any(r == e for r, e in zip(results, expected)):
+        raise AssertionError(
+            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
+        )
+    if len(set(expected)) > 1 and len(set(results)) == 1:
+        raise AssertionError(
+            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
+            "这一格只在方法真正按输入计算时给分"
+        )
 
 
 def _plan(manager, label, prompt, shown=None):
@@ -163,9 +193,12 @@ def check_whole_prompt(ns):
 def check_types(ns):
     """A plain list of plain tuples; a tuple or range prompt plans as the same list would."""
     _guard()
+    results, wanted = [], []
     for size, prompt, shown in ((2, [1, 2, 3], (1, 2, 3)), (3, list(range(7)), range(7))):
         manager = _probe(ns, block_size=size)
-        _, as_list, _, _ = _plan(manager, "类型", prompt)
+        where, as_list, expected, _ = _plan(manager, "类型", prompt)
+        results.append(as_list)
+        wanted.append(expected)
         for given in (prompt, shown):
             where, got, _, _ = _plan(manager, "类型", prompt, given)
             kinds = [type(chunk).__name__ for chunk in got]
@@ -175,3 +208,4 @@ def check_types(ns):
             assert got == as_list, (
                 f"{where} 应与 list 输入 {prompt!r} 的结果 {as_list!r} 相同，得到 {got!r}"
             )
+    _varies(f"{TODO} · 类型: chunked_prefill_plan", results, wanted)

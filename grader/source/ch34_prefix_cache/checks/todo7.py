@@ -111,10 +111,40 @@ def _snapshot(manager):
 
 def _as_chunks(got):
     """The contents of a list of chunks as tuples, or None when it is not one."""
+    if type(got) not in (list, tuple):
+        return None
     try:
         return [tuple(chunk) for chunk in got]
     except TypeError:
         return None
+
+
+def _plain(value):
+    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
+    if type(value) is list:
+        return ("list", tuple(_plain(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_plain(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
+    if type(value) in (int, float, str, bool, type(None)):
+        return (type(value).__name__, value)
+    return ("other", id(value))
+
+
+def _varies(where, results, expected):
+    """A property check (types, no mutation, an edge case) pays only for code that computes:
+    some answer must be right, and where the right answers differ, the answers must too."""
+    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
+    if not any(r == e for r, e in zip(results, expected)):
+        raise AssertionError(
+            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
+        )
+    if len(set(expected)) > 1 and len(set(results)) == 1:
+        raise AssertionError(
+            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
+            "这一格只在方法真正按输入计算时给分"
+        )
 
 
 KEYS = ["hit_tokens", "reuse_ratio", "uncached_tokens"]
@@ -195,17 +225,23 @@ def check_empty(ns):
             assert kinds["hit_tokens"] == kinds["uncached_tokens"] == "int", (
                 f"{where} 的 hit_tokens、uncached_tokens 应为 int，得到 {kinds!r}"
             )
+    where, got = _stats(_probe(ns, block_size=2, cached=[(1, 2)]), "空 prompt", [1, 2, 3])
+    _varies(where, [got["hit_tokens"]], [2])
 
 
 def check_no_mutation(ns):
     """Statistics leave the cache and the caller's prompt as they were."""
     _guard()
     rng = random.Random(3427)
+    results, wanted = [], []
     for cached, prompt in _random_cases(rng, 10):
         manager = _probe(ns, block_size=2, cached=cached)
         before = _snapshot(manager)
         shown = list(prompt)
-        where, _ = _stats(manager, "不修改", prompt, shown)
+        where, got = _stats(manager, "不修改", prompt, shown)
+        results.append(got["hit_tokens"])
+        wanted.append(_match(cached, prompt))
         after = _snapshot(manager)
         assert after == before, f"{where} 是统计，不应修改缓存：之前 {before!r}，之后 {after!r}"
         assert shown == prompt, f"{where} 不应修改传入的 prompt，调用后它变成了 {shown!r}"
+    _varies(f"{TODO} · 不修改: cache_stats", results, wanted)

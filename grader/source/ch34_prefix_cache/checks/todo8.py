@@ -110,10 +110,40 @@ def _snapshot(manager):
 
 def _as_chunks(got):
     """The contents of a list of chunks as tuples, or None when it is not one."""
+    if type(got) not in (list, tuple):
+        return None
     try:
         return [tuple(chunk) for chunk in got]
     except TypeError:
         return None
+
+
+def _plain(value):
+    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
+    if type(value) is list:
+        return ("list", tuple(_plain(v) for v in value))
+    if isinstance(value, tuple):
+        return ("tuple", tuple(_plain(v) for v in value))
+    if type(value) is dict:
+        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
+    if type(value) in (int, float, str, bool, type(None)):
+        return (type(value).__name__, value)
+    return ("other", id(value))
+
+
+def _varies(where, results, expected):
+    """A property check (types, no mutation, an edge case) pays only for code that computes:
+    some answer must be right, and where the right answers differ, the answers must too."""
+    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
+    if not any(r == e for r, e in zip(results, expected)):
+        raise AssertionError(
+            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
+        )
+    if len(set(expected)) > 1 and len(set(results)) == 1:
+        raise AssertionError(
+            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
+            "这一格只在方法真正按输入计算时给分"
+        )
 
 
 def _plan(manager, label, prompt, shown=None):
@@ -161,7 +191,11 @@ def check_full_hit(ns):
         for _ in range(6):
             prompt = rng.choices(range(5), k=rng.randint(1, 9))
             cached = [prompt[: rng.randint(1, len(prompt))], prompt]
-            _assert_plan(_probe(ns, block_size=size, cached=cached), "完整命中", prompt)
+            manager = _probe(ns, block_size=size, cached=cached)
+            _assert_plan(manager, "完整命中", prompt)
+            longer = prompt + [4, 3]
+            where, got, _, _ = _plan(manager, "完整命中", longer)
+            _varies(where, [got], [_chunks([4, 3], size)])
 
 
 def check_no_hit(ns):
@@ -178,12 +212,15 @@ def check_no_hit(ns):
 def check_types(ns):
     """A plain list of plain tuples; a tuple or range prompt plans as the same list would."""
     _guard()
+    results, wanted = [], []
     for size, prompt, shown in (
         (2, [1, 2, 3, 4, 5], (1, 2, 3, 4, 5)),
         (2, list(range(7)), range(7)),
     ):
         manager = _probe(ns, block_size=size, cached=[(1, 2), (0,)])
         _, as_list, _, _ = _plan(manager, "类型", prompt)
+        results.append(as_list)
+        wanted.append(_chunks(prompt[_match(manager.cached_prefixes, prompt) :], size))
         for given in (prompt, shown):
             where, got, _, _ = _plan(manager, "类型", prompt, given)
             kinds = [type(chunk).__name__ for chunk in got]
@@ -193,19 +230,24 @@ def check_types(ns):
             assert got == as_list, (
                 f"{where} 应与 list 输入 {prompt!r} 的结果 {as_list!r} 相同，得到 {got!r}"
             )
+    _varies(f"{TODO} · 类型: chunked_suffix_prefill_plan", results, wanted)
 
 
 def check_no_mutation(ns):
     """Planning leaves the cache and the caller's prompt as they were."""
     _guard()
     rng = random.Random(3438)
+    results, wanted = [], []
     for _ in range(10):
         stem = rng.choices(range(5), k=rng.randint(1, 8))
         manager = _probe(ns, block_size=2, cached=[stem[:2], stem])
         before = _snapshot(manager)
-        prompt = stem + [4, 3, 2]
+        prompt = stem[: rng.randint(0, len(stem))] + rng.choices(range(5), k=rng.randint(1, 4))
         shown = list(prompt)
-        where, _, _, _ = _plan(manager, "不修改", prompt, shown)
+        where, got, _, _ = _plan(manager, "不修改", prompt, shown)
+        results.append(got)
+        wanted.append(_chunks(prompt[_match(manager.cached_prefixes, prompt) :], 2))
         after = _snapshot(manager)
         assert after == before, f"{where} 不应修改缓存：之前 {before!r}，之后 {after!r}"
         assert shown == prompt, f"{where} 不应修改传入的 prompt，调用后它变成了 {shown!r}"
+    _varies(f"{TODO} · 不修改: chunked_suffix_prefill_plan", results, wanted)
