@@ -42,9 +42,14 @@ def feedback_failures(batch, student_id):
 
 
 def visible_cell_failed(batch, student_id) -> bool:
-    """Whether any visible test cell (one that calls `run_visible_test(`) shows a failure."""
+    """Whether any visible check cell (core: `run_visible_test(`; parts two and three:
+    `run_visible_checks(`) shows a failure."""
     page = (batch["report"] / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
-    cells = [c for c in FEEDBACK_CELL.findall(page) if "run_visible_test(" in c]
+    cells = [
+        c
+        for c in FEEDBACK_CELL.findall(page)
+        if "run_visible_test(" in c or "run_visible_checks(" in c
+    ]
     assert cells, "no visible test cell on the feedback page"
     return any(FAILURE.search(cell) for cell in cells)
 
