@@ -4,8 +4,8 @@ Real nbgrader, real kernels, real bubblewrap. Each batch here is one to seven no
 """
 
 import copy
-import json
 import csv
+import json
 import os
 import re
 import sys
