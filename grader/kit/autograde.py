@@ -22,17 +22,18 @@ REPORT/summary.html, REPORT/canvas.csv and moodle.csv (`lms.py`), and the nbgrad
 REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
 
 A grader fault never becomes a student's grade. Before the batch, the kernel's interpreter is
-started in the sandbox (`kernel_start_problem`), then the reference solution is graded through
-exactly the batch's path (`preflight`: same interpreter, sandbox, limits and forked grader); it
-must earn full marks. During the batch, when most submissions so far failed the same way on
-the grader's side (`fault_in`), the batch stops. Either way the run exits with status 3 and an
-error for the instructor, and nothing is written into REPORT: no row, no page.
+started in the sandbox (`kernel_start_problem`). The reference solution is then graded through
+exactly the batch's path (the preflight: same interpreter, sandbox, limits and forked grader),
+first in the batch's own queue, so the other job slots do not sit idle while it runs; it must
+earn full marks (`judge_preflight`), and until it has, no student's progress line is printed.
+During the batch, when most submissions so far failed the same way on the grader's side
+(`fault_in`), the batch stops. Either way the run exits with status 3 and an error for the
+instructor, and nothing is written into REPORT: no row, no page.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import multiprocessing
 import os
@@ -93,6 +94,7 @@ def grade_all(
     progress=sys.stderr,
     roster: Path | None = None,
     stop_on_fault: bool = True,
+    reference: Path | None = None,
 ) -> list[Outcome]:
     """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, by id.
 
@@ -103,6 +105,11 @@ def grade_all(
     that announced the limits passes what it announced. Raises `GraderFault`, having written
     nothing into `report_dir`, when most submissions fail the same way (`fault_in`) and
     `stop_on_fault` holds.
+
+    `reference` is the preflight's notebook (`write_reference`): graded first, in the same
+    pool, and judged by `judge_preflight` (GraderFault, nothing written, unless full marks).
+    It is no student: it gets no row, no page, and counts in no fault share. Students graded
+    while it runs have their progress lines held back until it has passed.
     """
     course = course.resolve()
     if not (course / "gradebook.db").exists():
@@ -121,6 +128,10 @@ def grade_all(
     people = lms.read_roster(roster)
     work_root = kernel_tempdir("ch34-grading-", below="/0000/runtime/kernel-99999")
     outcomes, running, queue = [], {}, list(enumerate(submissions))
+    preflight = len(submissions)  # the reference's index: after every student's
+    if reference is not None:
+        queue.insert(0, (preflight, Submission("reference-solution", reference, reference.name)))
+    held = []  # progress lines waiting for the preflight's verdict
     pages, kept = {}, {}  # by student: the feedback page, the autograded notebook
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
@@ -132,17 +143,26 @@ def grade_all(
     bases = cgroups.available() if cgroup_bases is None else cgroup_bases
     caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
-    def record(outcome: Outcome, workdir: Path, submission: Submission) -> None:
+    def record(outcome: Outcome, workdir: Path, submission: Submission, index: int) -> None:
+        if reference is not None and index == preflight:
+            judge_preflight(outcome, release, sandbox)
+            shutil.rmtree(workdir, ignore_errors=True)
+            held.insert(
+                0, f"preflight: the reference solution earned full marks ({outcome.seconds:.1f} s)"
+            )
+            print("\n".join(held), file=progress, flush=True)
+            held.clear()
+            return
         outcome.student_id, outcome.late = submission.student_id, submission.late
         outcome.source, outcome.superseded = submission.source, list(submission.superseded)
         kept[outcome.student_id] = formgrader.read_autograded(outcome.autograded)
         pages[outcome.student_id] = finish(outcome, workdir, overrides.get(outcome.student_id, ()))
         outcomes.append(outcome)
-        print(
-            progress_line(outcome, len(outcomes), len(submissions), start),
-            file=progress,
-            flush=True,
-        )
+        line = progress_line(outcome, len(outcomes), len(submissions), start)
+        if reference is not None and not judged():
+            held.append(line)
+        else:
+            print(line, file=progress, flush=True)
         fault = fault_in(outcomes) if stop_on_fault else None
         if fault:
             raise GraderFault(
@@ -153,6 +173,11 @@ def grade_all(
                 "notebooks really do fail this way, pass --keep-going."
             )
 
+    def judged() -> bool:
+        return all(index != preflight for index, _ in queue) and all(
+            index != preflight for index, *_ in running.values()
+        )
+
     try:
         while queue or running:
             while queue and len(running) < jobs:
@@ -161,7 +186,7 @@ def grade_all(
                 workdir = work_root / f"{index:04d}"
                 outcome = prepare(submission.path, student_id, release, course, workdir)
                 if outcome is not None:  # could not even be normalised: no kernel needed
-                    record(outcome, workdir, submission)
+                    record(outcome, workdir, submission, index)
                     continue
                 groups = cgroups.make_groups(bases, f"{work_root.name}-{index:04d}", caps)
                 proc = context.Process(
@@ -189,7 +214,7 @@ def grade_all(
                 cgroups.remove(groups)
                 outcome = collect(workdir, internal_id(index), proc.exitcode, overdue, limits)
                 outcome.seconds = time.monotonic() - began
-                record(outcome, workdir, submission)
+                record(outcome, workdir, submission, index)
     finally:
         for proc in running:
             reaper.kill_group(proc.pid)
@@ -364,27 +389,16 @@ def reference_submission(course: Path):
     return filled_submission(release, source)
 
 
-def preflight(course: Path, *, jobs: int, limits: Limits, sandbox: bool, cgroup_bases) -> float:
-    """Grade the reference solution exactly as the batch will grade; seconds it took.
+def write_reference(course: Path, folder: Path) -> Path:
+    """The preflight's notebook (`reference_submission`) written into `folder`; its path."""
+    path = folder / "reference-solution.ipynb"
+    nbformat.write(reference_submission(course.resolve()), path)
+    return path
 
-    Raises `GraderFault` unless it earns full marks on every grade cell.
-    """
-    began = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="ch34-preflight-") as scratch:
-        path = Path(scratch) / "reference-solution.ipynb"
-        nbformat.write(reference_submission(course.resolve()), path)
-        (outcome,) = grade_all(
-            [Submission("reference-solution", path, path.name)],
-            Path(scratch) / "report",
-            course=course,
-            jobs=jobs,
-            limits=limits,
-            sandbox=sandbox,
-            cgroup_bases=cgroup_bases,
-            progress=io.StringIO(),
-            stop_on_fault=False,
-        )
-    release = nbformat.read(course / STUDENT_RELEASE, as_version=4)
+
+def judge_preflight(outcome: Outcome, release, sandbox: bool) -> None:
+    """Raise `GraderFault` unless the reference solution's `outcome` earned full marks on
+    every grade cell: graded exactly as the students are, anything less is the grader's fault."""
     points = dict(report.grade_columns(release))
     lost = {
         grade_id: outcome.scores.get(grade_id, (0.0, p))[0]
@@ -392,7 +406,7 @@ def preflight(course: Path, *, jobs: int, limits: Limits, sandbox: bool, cgroup_
         if outcome.scores.get(grade_id, (0.0, p))[0] < p
     }
     if outcome.status == "graded" and not lost:
-        return time.monotonic() - began
+        return
     earned = sum(score for score, _ in outcome.scores.values())
     what = f"ended {outcome.status}" + (f": {outcome.reason}" if outcome.reason else "")
     if outcome.status == "graded":
@@ -525,28 +539,19 @@ def grade_intake(intake, args, limits: Limits) -> int:
         )
         return 3
     try:
-        seconds = preflight(
-            args.course,
-            jobs=max(1, args.jobs),
-            limits=limits,
-            sandbox=sandbox,
-            cgroup_bases=cgroup_bases,
-        )
-        print(
-            f"preflight: the reference solution earned full marks ({seconds:.1f} s)",
-            file=sys.stderr,
-        )
-        outcomes = grade_all(
-            submissions,
-            args.report,
-            course=args.course,
-            jobs=max(1, args.jobs),
-            limits=limits,
-            sandbox=sandbox,
-            cgroup_bases=cgroup_bases,
-            stop_on_fault=not args.keep_going,
-            roster=args.roster,
-        )
+        with tempfile.TemporaryDirectory(prefix="ch34-preflight-") as scratch:
+            outcomes = grade_all(
+                submissions,
+                args.report,
+                course=args.course,
+                jobs=max(1, args.jobs),
+                limits=limits,
+                sandbox=sandbox,
+                cgroup_bases=cgroup_bases,
+                stop_on_fault=not args.keep_going,
+                roster=args.roster,
+                reference=write_reference(args.course, Path(scratch)),
+            )
     except GraderFault as fault:
         print(f"error: {fault}", file=sys.stderr)
         return 3

@@ -41,7 +41,12 @@ from .nbsource import (
 CONFIG_PATH = REPO_ROOT / "grader" / "nbgrader_config.py"
 SOLUTIONS_ONLY = "solutions-only"
 MEASUREMENT = "measurement"
-SKIPPED_MEASUREMENT = "# 测量单元格：自动评分时跳过（它不计分，只耗时间）。\n"
+LEARNER_ONLY = "learner-only"  # demos and the measurements' helpers: graded code never uses them
+# What the grading course holds in place of such cells (a feedback page shows it).
+SKIPPED_IN_GRADING = {
+    MEASUREMENT: "# 测量单元格：自动评分时跳过（它不计分，只耗时间）。\n",
+    LEARNER_ONLY: "# 演示与测量工具：自动评分时跳过（不计分，评分用到的代码不依赖它）。\n",
+}
 KEPT_CELL_METADATA = ("nbgrader", "tags", "editable", "deletable")
 NOTEBOOK_METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
@@ -58,8 +63,9 @@ STUDENT_RELEASE = (
 def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat.NotebookNode:
     """The parsed source with the Colab address filled in.
 
-    `for_release` drops solutions-only cells; `for_grading` also empties measurement cells,
-    which the autograder then restores into every submission in place of the learner's copy.
+    `for_release` drops solutions-only cells; `for_grading` also empties the cells nothing graded
+    needs (measurements, demos, the measurements' helpers: tagged `SKIPPED_IN_GRADING`), which
+    the autograder then restores into every submission in place of the learner's copy.
     Grade cells get the hidden checks they name inlined (`nbsource.inline_checks`).
     """
     nb = read_source()
@@ -69,8 +75,9 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
             cell.source = cell.source.replace(placeholder, text)
         if cell.cell_type == "code" and nbgrader_meta(cell).get("grade"):
             cell.source = inline_checks(cell.source)
-        if for_grading and MEASUREMENT in cell.metadata.get("tags", []):
-            cell.source = SKIPPED_MEASUREMENT
+        skipped = [t for t in cell.metadata.get("tags", []) if t in SKIPPED_IN_GRADING]
+        if for_grading and skipped:
+            cell.source = SKIPPED_IN_GRADING[skipped[0]]
     if for_release or for_grading:
         nb.cells = [c for c in nb.cells if SOLUTIONS_ONLY not in c.metadata.get("tags", [])]
     return canonical(nb)
@@ -79,7 +86,7 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
 def build_course(course_dir: Path, *, for_grading: bool = False) -> Path:
     """Make an nbgrader course in `course_dir` and release the assignment; return the release notebook.
 
-    The grading course differs from the release course only in its empty measurement cells.
+    The grading course differs from the release course only in the cells `SKIPPED_IN_GRADING` empties.
     """
     if course_dir.exists():
         shutil.rmtree(course_dir)

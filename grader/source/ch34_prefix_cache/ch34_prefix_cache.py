@@ -764,7 +764,7 @@ class TinyCausalLM(nn.Module):
 # %% [markdown]
 # 先看看这个接口：完整算一遍 prompt，再拿它的 KV 解码一个新 token。解码出的 logits 与“把新 token 接在 prompt 后面从头完整算一遍”的最后一行相同——这就是因果性。
 
-# %% nbgrader={"grade": false, "grade_id": "kv_model_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "kv_model_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
 demo_model = TinyCausalLM(TinyConfig(), seed=0)
 demo_prompt = [3, 14, 15, 9, 26, 5]
 demo_logits, demo_kv = demo_model(demo_prompt)
@@ -1041,7 +1041,7 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 #
 # 下面的单元格先定义测量用的工具函数（GPU 实验和 `bench/bench_kv.py` 也用它们），再在 CPU 上实测。
 
-# %% nbgrader={"grade": false, "grade_id": "kv_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "kv_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def time_prefill(fn, repeats=5, warmup=1, synchronize=None) -> float:
     """先不计时地运行 fn() warmup 次，再计时 repeats 次，返回秒数的中位数。GPU 上把 torch.cuda.synchronize 传给 synchronize。"""
     for _ in range(warmup):
@@ -1670,7 +1670,7 @@ run_visible_checks(
 # %% [markdown]
 # 完成 TODO 11–14 后运行下面的演示：两个请求共享两块 system prompt，结束后块留在缓存里，第三个请求直接命中。
 
-# %% nbgrader={"grade": false, "grade_id": "block_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "block_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def demo_block_prefix_cache():
     """一个请求的一生：acquire → 使用 → release；打印每一步之后的块状态。"""
     cache = BlockPrefixCache(block_size=4, num_blocks=6)
@@ -1817,7 +1817,7 @@ except NotImplementedError:
 #
 # 为了对照淘汰策略，还给出两个子类：`FIFOBlockPrefixCache` 淘汰**最早登记**的块（不管最近有没有用过），`RandomBlockPrefixCache` 随机淘汰。一个块被淘汰后，它在缓存里的后代也就再也查不到了，所以这两个子类连同后代一起淘汰（后代一定也可淘汰：后代被引用时父块必然也被引用）。
 
-# %% nbgrader={"grade": false, "grade_id": "block_simulator", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "block_simulator", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from random import Random
 
 
