@@ -128,10 +128,13 @@ def grade_all(
     people = lms.read_roster(roster)
     work_root = kernel_tempdir("ch34-grading-", below="/0000/runtime/kernel-99999")
     outcomes, running, queue = [], {}, list(enumerate(submissions))
-    preflight = len(submissions)  # the reference's index: after every student's
+    reference_index = len(submissions)  # after every student's
     if reference is not None:
-        queue.insert(0, (preflight, Submission("reference-solution", reference, reference.name)))
-    held = []  # progress lines waiting for the preflight's verdict
+        queue.insert(
+            0, (reference_index, Submission("reference-solution", reference, reference.name))
+        )
+    # Progress lines waiting for the preflight's verdict; None once there is none to wait for.
+    held = [] if reference is not None else None
     pages, kept = {}, {}  # by student: the feedback page, the autograded notebook
     start = time.monotonic()
     context = multiprocessing.get_context("fork")
@@ -144,14 +147,15 @@ def grade_all(
     caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
     def record(outcome: Outcome, workdir: Path, submission: Submission, index: int) -> None:
-        if reference is not None and index == preflight:
+        nonlocal held
+        if reference is not None and index == reference_index:
             judge_preflight(outcome, release, sandbox)
             shutil.rmtree(workdir, ignore_errors=True)
-            held.insert(
-                0, f"preflight: the reference solution earned full marks ({outcome.seconds:.1f} s)"
+            passed = (
+                f"preflight: the reference solution earned full marks ({outcome.seconds:.1f} s)"
             )
-            print("\n".join(held), file=progress, flush=True)
-            held.clear()
+            print("\n".join([passed, *held]), file=progress, flush=True)
+            held = None
             return
         outcome.student_id, outcome.late = submission.student_id, submission.late
         outcome.source, outcome.superseded = submission.source, list(submission.superseded)
@@ -159,7 +163,7 @@ def grade_all(
         pages[outcome.student_id] = finish(outcome, workdir, overrides.get(outcome.student_id, ()))
         outcomes.append(outcome)
         line = progress_line(outcome, len(outcomes), len(submissions), start)
-        if reference is not None and not judged():
+        if held is not None:
             held.append(line)
         else:
             print(line, file=progress, flush=True)
@@ -172,11 +176,6 @@ def grade_all(
                 "limit --memory-gb, free disk space), then run the batch again; if these "
                 "notebooks really do fail this way, pass --keep-going."
             )
-
-    def judged() -> bool:
-        return all(index != preflight for index, _ in queue) and all(
-            index != preflight for index, *_ in running.values()
-        )
 
     try:
         while queue or running:
