@@ -121,6 +121,16 @@ def test_visible_checks_pass_on_the_reference_and_ask_for_the_todos_on_the_relea
     assert "NotImplementedError: 请先完成 TODO 1" in untouched[0]
 
 
+def test_a_failing_cell_shows_the_learner_where_and_which_line_raised(graded_batch):
+    """Graded kernels print plain tracebacks (grade_one.KERNEL_IPYTHON_CONFIG, for speed): the
+    page must still give each frame's cell, line number and code, and no terminal colours."""
+    untouched = [text for g, text in feedback_failures(graded_batch, "untouched-release") if not g]
+    first = untouched[0]
+    assert re.search(r"Cell In\[\d+\], line \d+", first), first
+    assert "run_visible_test(test_prefix_cache_manager" in first, first
+    assert "\x1b[" not in first
+
+
 @pytest.mark.parametrize("todo", ALL_TODOS)
 def test_an_unfinished_todo_costs_its_own_checks_and_no_other(graded_batch, todo):
     row = graded_batch["rows"][f"unfinished-todo{todo}"]

@@ -59,7 +59,9 @@ del _cap_output, _sys
 # ("Context") analyses every frame with stack_data, about 65 ms a traceback here, and an
 # unfinished notebook raises one in each of its 55 grade cells (3.5 s of its 10.9 s). A learner's
 # page still shows each frame's file, line and code; grade cells show only the message anyway.
-KERNEL_IPYTHON_CONFIG = 'c.InteractiveShell.xmode = "Plain"\n'
+# No input history either: IPython writes every cell to an SQLite file (here, in the scratch
+# directory, read by no one) from a thread of its own; `In` and `Out` stay as they were.
+KERNEL_IPYTHON_CONFIG = 'c.InteractiveShell.xmode = "Plain"\nc.HistoryManager.enabled = False\n'
 
 
 @dataclass(frozen=True)

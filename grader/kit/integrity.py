@@ -29,14 +29,12 @@ SUSPICIOUS_NAMES = {
     "f_back": "inspects the caller's frames",
     "f_globals": "inspects another frame's globals",
     "f_locals": "inspects another frame's locals",
-    "_ch34_hidden_code": "reaches for the hidden checks' compiled code",
 }
 SUSPICIOUS_STRINGS = {
     "gradebook": "reads the gradebook",
     "nbgrader": "refers to nbgrader",
     "HIDDEN TESTS": "looks for hidden tests",
     ".ipynb": "opens a notebook file",
-    "_ch34_hidden_code": "reaches for the hidden checks' compiled code",
 }
 SUSPICIOUS_CALLS = {
     ("sys", "modules"): "rewrites sys.modules",

@@ -153,12 +153,6 @@ def inline_checks(text: str) -> str:
     The file runs in a scope of its own (a learner's cell cannot replace one of its helpers),
     compiled under a name no traceback can quote lines from; the check gets the notebook's
     namespace. A raw triple-quoted string keeps the code readable in formgrader.
-
-    The cells of one TODO inline the same file: the first compiles it, the others take the
-    code object from a cache kept on `sys` and keyed by the file's text (55 grade cells, 14
-    compilations: about 0.2 s of a kernel's time). A learner cannot plant code under a key
-    that is the hidden text itself; a cache that is not a plain dict is replaced, and code
-    naming it is flagged (`integrity.py`).
     """
 
     def inline(match: re.Match) -> str:
@@ -174,14 +168,8 @@ def inline_checks(text: str) -> str:
                 code,
                 _TRIPLE,
                 '_hidden_scope = {"__name__": "hidden_check"}',
-                "import sys as _hidden_sys",
-                '_hidden_cache = _hidden_sys.__dict__.get("_ch34_hidden_code")',
-                "if type(_hidden_cache) is not dict:",
-                "    _hidden_cache = _hidden_sys._ch34_hidden_code = {}",
-                "if _hidden_code not in _hidden_cache:",
-                f'    _hidden_cache[_hidden_code] = compile(_hidden_code, "{HIDDEN_CHECK_FILENAME}", "exec")',
-                "exec(_hidden_cache[_hidden_code], _hidden_scope)",
-                "del _hidden_code, _hidden_cache, _hidden_sys",
+                f'exec(compile(_hidden_code, "{HIDDEN_CHECK_FILENAME}", "exec"), _hidden_scope)',
+                "del _hidden_code",
                 f'_hidden_scope["{name}"](globals())',
             )
         )
