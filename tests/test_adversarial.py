@@ -29,11 +29,13 @@ def attacked(fresh_build, tmp_path_factory):
     return {"run": run, "rows": rows, "report": report, "columns": grade_columns(release)}
 
 
-def test_the_attacks_were_graded_inside_the_sandbox(attacked):
-    # Without bubblewrap the grader falls back to bare kernels, and the sandbox tests here would
-    # fail for a reason that is not theirs.
-    assert "sandbox: bubblewrap" in attacked["run"].stderr, (
-        "bubblewrap is missing or cannot make namespaces here: apt-get install bubblewrap"
+def test_the_attacks_were_graded_inside_the_sandbox_by_pre_imported_kernels(attacked):
+    # Without the zygote the grader falls back to bubblewrap (tested below), without bubblewrap
+    # to bare kernels; either way the attacks here would not test the default path.
+    line = next(line for line in attacked["run"].stderr.splitlines() if "sandbox:" in line)
+    assert "sandbox: namespaces" in line, (
+        f"{line}: the kernels were not forked from the zygote (user namespaces refused? "
+        "bubblewrap missing? apt-get install bubblewrap)"
     )
 
 
@@ -121,6 +123,46 @@ def test_nothing_outlives_grading_without_the_sandbox_either(fresh_build, tmp_pa
     assert rows["detached"]["status"] == "graded" and rows["overrun"]["status"] == "timeout"
     assert wait_for_no_process_with(f"sleep\0{ORPHAN_SLEEP_SECONDS}\0") == []
     assert wait_for_no_process_with(str(scratch)) == [], "a kernel outlived its grader"
+
+
+# What only the sandbox or its limits stop, graded again with every kernel started afresh in
+# bubblewrap: the path taken where the zygote cannot make its namespaces (`--no-zygote`).
+SANDBOX_ATTACKS = (
+    "reads-hidden-tests-past-the-scanner",
+    "background-process-left-running",
+    "fork-bomb-stopped-by-the-process-limit",
+    "memory-bomb-across-forked-processes",
+    "kernel-segfault",
+)
+
+
+def test_the_sandbox_attacks_end_the_same_with_kernels_started_afresh_in_bubblewrap(
+    fresh_build, tmp_path
+):
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    chosen = [a for a in ATTACKS if a.name in SANDBOX_ATTACKS]
+    assert len(chosen) == len(SANDBOX_ATTACKS)
+    for attack in chosen:
+        (submissions / f"{attack.name}.ipynb").write_bytes(attack.make(release, solutions))
+    run, rows = autograde(
+        submissions,
+        tmp_path / "report",
+        fresh_build / "build" / "grading-course",
+        extra=["--no-zygote", "--cell-timeout", "30", "--notebook-timeout", "120"],
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "sandbox: bubblewrap (each kernel started afresh)" in run.stderr
+    for attack in chosen:
+        row = rows[attack.name]
+        assert row["status"] == attack.status, (attack.name, row["status"], row["reason"])
+        full = float(row["score"]) == float(row["max_score"])
+        assert full == (attack.score == "full"), (attack.name, row["score"])
+    page = tmp_path / "report" / "feedback" / "reads-hidden-tests-past-the-scanner.html"
+    assert "matches: []" in page.read_text(encoding="utf-8")
+    assert wait_for_no_process_with(f"sleep\0{ORPHAN_SLEEP_SECONDS}\0") == []
 
 
 def wait_for_no_process_with(text: str, seconds: float = 10) -> list[str]:

@@ -50,7 +50,14 @@ import nbformat
 
 from . import cgroups, feedback, formgrader, integrity, lms, reaper, report, summary
 from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
-from .grade_one import Limits, grade_in_child, kernel_start_problem, sandbox_available, warm_up
+from .grade_one import (
+    Limits,
+    Zygote,
+    grade_in_child,
+    kernel_start_problem,
+    sandbox_available,
+    warm_up,
+)
 from .intake import IntakeError, Submission, discover
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, strip_solution_markers
 from .normalize import Ungradable, normalize_submission
@@ -95,6 +102,7 @@ def grade_all(
     roster: Path | None = None,
     stop_on_fault: bool = True,
     reference: Path | None = None,
+    zygote: Zygote | None = None,
 ) -> list[Outcome]:
     """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, by id.
 
@@ -110,6 +118,8 @@ def grade_all(
     pool, and judged by `judge_preflight` (GraderFault, nothing written, unless full marks).
     It is no student: it gets no row, no page, and counts in no fault share. Students graded
     while it runs have their progress lines held back until it has passed.
+
+    `zygote` is a serving `Zygote` (kernels forked from it), None for kernels started afresh.
     """
     course = course.resolve()
     if not (course / "gradebook.db").exists():
@@ -142,8 +152,10 @@ def grade_all(
     # Whatever a grader leaves running (a kernel in its own session, a detached process) is
     # re-parented here when the grader ends, and killed.
     reaper.adopt_orphans()
-    threads = max(1, (os.cpu_count() or 1) // jobs)
+    threads = kernel_threads(jobs)
     bases = cgroups.available() if cgroup_bases is None else cgroup_bases
+    # The zygote is this process's child too: it serves the whole batch, so it is spared.
+    zygote_pid, zygote_socket = (zygote.process.pid, zygote.socket) if zygote else (None, None)
     caps = {"pids": limits.processes, "memory": limits.memory_bytes}
 
     def record(outcome: Outcome, workdir: Path, submission: Submission, index: int) -> None:
@@ -190,7 +202,7 @@ def grade_all(
                 groups = cgroups.make_groups(bases, f"{work_root.name}-{index:04d}", caps)
                 proc = context.Process(
                     target=grade_in_child,
-                    args=(workdir, student_id, limits, sandbox, threads, groups),
+                    args=(workdir, student_id, limits, sandbox, threads, groups, zygote_socket),
                 )
                 proc.start()
                 running[proc] = (index, submission, workdir, time.monotonic(), groups)
@@ -209,7 +221,7 @@ def grade_all(
                     reaper.kill_group(proc.pid)
                 proc.join()
                 del running[proc]
-                reaper.kill_descendants(spare=[other.pid for other in running])
+                reaper.kill_descendants(spare=[other.pid for other in running] + [zygote_pid])
                 cgroups.remove(groups)
                 outcome = collect(workdir, internal_id(index), proc.exitcode, overdue, limits)
                 outcome.seconds = time.monotonic() - began
@@ -471,6 +483,11 @@ def main(argv=None) -> int:
     parser.add_argument("--course", type=Path, default=REPO_ROOT / GRADING_COURSE)
     parser.add_argument("--no-sandbox", action="store_true", help="run kernels without bubblewrap")
     parser.add_argument(
+        "--no-zygote",
+        action="store_true",
+        help="start every kernel afresh in bubblewrap, not forked from a pre-imported one",
+    )
+    parser.add_argument(
         "--cell-timeout", type=int, default=Limits.cell_timeout_s, help="seconds per cell"
     )
     parser.add_argument(
@@ -498,6 +515,11 @@ def main(argv=None) -> int:
         return grade_intake(intake, args, limits)
 
 
+def kernel_threads(jobs: int) -> int:
+    """BLAS/torch threads a kernel gets: the cores shared among the jobs, no oversubscription."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
 def grade_intake(intake, args, limits: Limits) -> int:
     """Grade what `discover` found; print the table and the "not graded" list."""
     submissions = intake.submissions
@@ -522,12 +544,34 @@ def grade_intake(intake, args, limits: Limits) -> int:
         )
     cgroup_bases = cgroups.available()
     caps = cgroups.describe(cgroup_bases, pids=limits.processes, memory_bytes=limits.memory_bytes)
-    print(
-        f"grading {len(submissions)} submissions ({len(intake.skipped)} other files not graded), "
-        f"{args.jobs} at a time, sandbox: "
-        f"{'bubblewrap' if sandbox else 'NONE'}, cgroup limits: {caps}",
-        file=sys.stderr,
-    )
+    zygote = Zygote(kernel_threads(max(1, args.jobs))) if sandbox and not args.no_zygote else None
+    try:
+        print(
+            f"grading {len(submissions)} submissions ({len(intake.skipped)} other files not "
+            f"graded), {args.jobs} at a time, sandbox: {sandbox_kind(sandbox, zygote)}, "
+            f"cgroup limits: {caps}",
+            file=sys.stderr,
+        )
+        return grade_sandboxed(intake, args, limits, sandbox, cgroup_bases, zygote)
+    finally:
+        if zygote is not None:
+            zygote.stop()
+
+
+def sandbox_kind(sandbox: bool, zygote: Zygote | None) -> str:
+    """What the start line says about how the kernels are isolated."""
+    if not sandbox:
+        return "NONE"
+    if zygote is not None and zygote.problem is None:
+        return "namespaces (bubblewrap's, each kernel forked from one that imported torch once)"
+    if zygote is not None:
+        return f"bubblewrap (each kernel started afresh: no pre-imported kernel, {zygote.problem})"
+    return "bubblewrap (each kernel started afresh)"
+
+
+def grade_sandboxed(intake, args, limits, sandbox, cgroup_bases, zygote) -> int:
+    """The rest of `grade_intake`, once the sandbox is chosen and announced."""
+    submissions = intake.submissions
     problem = kernel_start_problem(limits, sandbox)
     if problem:
         print(
@@ -550,6 +594,7 @@ def grade_intake(intake, args, limits: Limits) -> int:
                 stop_on_fault=not args.keep_going,
                 roster=args.roster,
                 reference=write_reference(args.course, Path(scratch)),
+                zygote=zygote if zygote is not None and zygote.problem is None else None,
             )
     except GraderFault as fault:
         print(f"error: {fault}", file=sys.stderr)

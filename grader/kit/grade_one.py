@@ -29,9 +29,11 @@ from nbgrader.preprocessors import CheckCellMetadata
 from traitlets.config.loader import PyFileConfigLoader
 
 from . import cgroups, reaper
+from .build import kernel_tempdir
 from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
 
 SANDBOX_SCRIPT = Path(__file__).with_name("sandbox.py")
+ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
 KERNEL_NAME = "ch34-sandbox"
 OUTPUT_CAP = """\
 def _cap_output(stream, left=LIMIT):
@@ -125,6 +127,66 @@ def python_roots() -> list[str]:
     return sorted({str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)})
 
 
+def thread_environment(threads: int) -> dict:
+    """Kernels graded side by side share the cores: `threads` BLAS/torch threads each."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+class Zygote:
+    """The batch's pre-imported kernel process (`zygote.py`): start it, then `stop()` it.
+
+    `socket` is where the kernel launchers reach it; `problem` is None when it is serving,
+    else why it cannot (kernels then start afresh, each in bubblewrap). Starting takes the
+    imports' time, about 3.5 s, once a batch.
+    """
+
+    STARTUP_TIMEOUT_S = 180
+
+    def __init__(self, threads: int):
+        import subprocess
+        import threading
+
+        self.folder = kernel_tempdir("ch34-zygote-", below="/zygote.sock")
+        self.socket = self.folder / "zygote.sock"
+        self.process = subprocess.Popen(
+            [kernel_python(), str(ZYGOTE_SCRIPT), str(self.socket), str(os.getpid())],
+            cwd=self.folder,
+            env={**os.environ, **thread_environment(threads)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,  # an import's traceback becomes the problem's text
+            text=True,
+            errors="replace",
+        )
+        said = []
+        too_slow = threading.Timer(self.STARTUP_TIMEOUT_S, self.process.kill)
+        too_slow.start()
+        for line in self.process.stdout:
+            said.append(line.rstrip())
+            if line.startswith(("ready", "unavailable: ")):
+                break
+        too_slow.cancel()
+        self.problem = None if said[-1:] == ["ready"] else zygote_problem(said)
+        if self.problem:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the zygote; kernels still running from it end with it (parent-death signals)."""
+        self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def zygote_problem(said: list[str]) -> str:
+    """Why the zygote is not serving, from what it printed before it stopped."""
+    if said and said[-1].startswith("unavailable: "):
+        return said[-1][len("unavailable: ") :]
+    if not said:
+        return f"it printed nothing (killed after {Zygote.STARTUP_TIMEOUT_S} s, or crashed)"
+    return said[-1][-300:]  # an import's traceback ends with the error
+
+
 def sandbox_environment(scratch: Path, memory_bytes: int, sandbox: bool) -> dict:
     """The settings `sandbox.py` reads (see its docstring)."""
     return {
@@ -166,10 +228,12 @@ def grade_in_child(
     sandbox: bool,
     threads: int,
     groups: list[Path] = (),
+    zygote: Path | None = None,
 ) -> None:
     """Forked per submission: run nbgrader autograde in `workdir/course`, write result.json.
 
     `groups` are the submission's cgroups (`cgroups.py`), empty where there are none.
+    `zygote` is the socket of the batch's `Zygote`, None to start the kernel afresh.
     """
     cgroups.enter(groups)  # before anything starts, so the kernel and all below it count
     os.setpgrp()  # so the parent can kill this process and everything it started at once
@@ -177,6 +241,17 @@ def grade_in_child(
     # nbgrader's SQLAlchemy warnings are not the instructor's business
     warnings.simplefilter("ignore")
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes * 2, limits.memory_bytes * 2))
+    prepare_kernel(workdir, limits)
+    os.environ.update(kernel_settings(workdir, limits, sandbox, threads, groups, zygote))
+    scratch_gradebook_without_sync()
+    result = run_nbgrader(workdir, student_id, limits)
+    reaper.kill_descendants()  # the kernel is gone; anything the notebook started goes too
+    (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
+    os._exit(0)  # skip atexit handlers inherited from the parent
+
+
+def prepare_kernel(workdir: Path, limits: Limits) -> None:
+    """Write what the kernel of `workdir` starts from: its kernelspec and IPython profile."""
     for name in ("scratch/.ipython/profile_default/startup", "runtime", "kernels/" + KERNEL_NAME):
         (workdir / name).mkdir(parents=True, exist_ok=True)
     # Runs in the kernel before any learner code (the kernel's HOME is the scratch directory).
@@ -192,25 +267,30 @@ def grade_in_child(
                 "argv": [kernel_python(), str(SANDBOX_SCRIPT), "{connection_file}"],
                 "display_name": "Python 3 (ch34 sandbox)",
                 "language": "python",
-                # SIGINT cannot cross bubblewrap's PID namespace; ask the kernel to interrupt itself instead.
+                # SIGINT cannot cross into the kernel's PID namespace; it interrupts itself instead.
                 "interrupt_mode": "message",
             }
         )
     )
+
+
+def kernel_settings(
+    workdir: Path,
+    limits: Limits,
+    sandbox: bool,
+    threads: int,
+    groups: list[Path] = (),
+    zygote: Path | None = None,
+) -> dict:
+    """The environment under which jupyter_client finds and starts the kernel of `workdir`."""
     # The sandbox shows the kernel only the Python trees (read-only) and the system's own files.
-    os.environ.update(sandbox_environment(workdir / "scratch", limits.memory_bytes, sandbox))
-    os.environ.update(
-        JUPYTER_PATH=str(workdir),
-        JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
-        # Kernels graded side by side share the cores: one BLAS/torch thread each, no oversubscription.
-        OMP_NUM_THREADS=str(threads),
-        MKL_NUM_THREADS=str(threads),
-    )
-    scratch_gradebook_without_sync()
-    result = run_nbgrader(workdir, student_id, limits)
-    reaper.kill_descendants()  # the kernel is gone; anything the notebook started goes too
-    (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
-    os._exit(0)  # skip atexit handlers inherited from the parent
+    settings = sandbox_environment(workdir / "scratch", limits.memory_bytes, sandbox)
+    if zygote is not None:
+        settings["CH34_SANDBOX_ZYGOTE"] = str(zygote)
+        settings["CH34_SANDBOX_CGROUPS"] = os.pathsep.join(map(str, groups))
+    settings.update(JUPYTER_PATH=str(workdir), JUPYTER_RUNTIME_DIR=str(workdir / "runtime"))
+    settings.update(thread_environment(threads))
+    return settings
 
 
 def scratch_gradebook_without_sync() -> None:

@@ -12,6 +12,10 @@ settings come from the environment the grader sets for one submission:
                            the venv, the interpreter it was made from), visible read-only
     CH34_SANDBOX_MEMORY    address-space limit in bytes
     CH34_SANDBOX_BWRAP     "1" to use bubblewrap, "0" to run the kernel unsandboxed
+    CH34_SANDBOX_ZYGOTE    where set, the socket of the batch's zygote (`zygote.py`): the
+                           kernel is forked from it, into the same sandbox built without
+                           bubblewrap, and this process stands for it until it ends
+    CH34_SANDBOX_CGROUPS   the submission's cgroups (os.pathsep-separated), for the zygote's kernel
 
 The kernel's file system is a whitelist: the system's programs and libraries (/usr, /etc,
 /lib...), the Python installations, a private /tmp, the scratch directory and the runtime
@@ -25,6 +29,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import sys
 
 # JPY_PARENT_PID: inside the PID namespace the parent looks gone; --die-with-parent does its job.
@@ -102,10 +107,53 @@ def check() -> int:
     return subprocess.run(command, stdin=subprocess.DEVNULL).returncode
 
 
+def kernel_log(runtime_dir: str) -> int:
+    """The kernel's own banner and warnings go to a log beside the sockets, not to the grader's terminal."""
+    return os.open(
+        os.path.join(runtime_dir, "kernel.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+    )
+
+
+def kernel_environment() -> dict:
+    """The environment the kernel gets: this one without the grader's variables."""
+    scratch = os.environ["CH34_SANDBOX_SCRATCH"]
+    kept = {k: v for k, v in os.environ.items() if k not in GRADER_VARIABLES}
+    return {**kept, "HOME": scratch, "TMPDIR": "/tmp"}
+
+
+def run_in_zygote(connection_file: str, zygote_socket: str) -> int:
+    """Have the zygote fork the kernel; wait for its end and exit with its status.
+
+    jupyter_client sees this process as the kernel: when it (or the grader's reaper) kills
+    this one, the zygote sees the socket close and kills the kernel with all it started.
+    """
+    runtime_dir = os.path.dirname(json_ip(connection_file))
+    log = kernel_log(runtime_dir)
+    os.dup2(log, 1)  # a failure here, like the kernel's own words, goes to its log
+    os.dup2(log, 2)
+    request = {
+        "connection_file": shutil.copy(connection_file, runtime_dir),
+        "scratch": os.environ["CH34_SANDBOX_SCRATCH"],
+        "runtime": runtime_dir,
+        "python_roots": list(filter(None, os.environ["CH34_SANDBOX_PYTHON"].split(os.pathsep))),
+        "memory": int(os.environ.get("CH34_SANDBOX_MEMORY", "0")),
+        "cgroups": list(filter(None, os.environ.get("CH34_SANDBOX_CGROUPS", "").split(os.pathsep))),
+        "env": kernel_environment(),
+    }
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as zygote:
+        zygote.connect(zygote_socket)
+        socket.send_fds(zygote, [json.dumps(request).encode()], [log])
+        reply = zygote.recv(64).decode()  # "exit <status>"; empty if the zygote itself died
+    return int(reply.split()[1]) & 0xFF if reply.startswith("exit ") else 1
+
+
 def main() -> None:
     if sys.argv[1] == "--check":
         sys.exit(check())
     connection_file = sys.argv[1]
+    zygote_socket = os.environ.get("CH34_SANDBOX_ZYGOTE")
+    if zygote_socket:
+        sys.exit(run_in_zygote(connection_file, zygote_socket))
     memory = int(os.environ.get("CH34_SANDBOX_MEMORY", "0"))
     if memory:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
@@ -115,12 +163,7 @@ def main() -> None:
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
         for name in GRADER_VARIABLES:
             os.environ.pop(name, None)
-    # The kernel's own banner and warnings go to a log beside the sockets, not to the grader's terminal.
-    log = os.open(
-        os.path.join(os.path.dirname(json_ip(connection_file)), "kernel.log"),
-        os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-        0o600,
-    )
+    log = kernel_log(os.path.dirname(json_ip(connection_file)))
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.execvp(argv[0], argv)
