@@ -30,10 +30,20 @@ from grader.kit.grade_one import (
 from grader.kit.nbsource import REPO_ROOT
 
 
-@pytest.fixture(scope="module")
-def zygote():
-    started = Zygote(threads=1)
+@pytest.fixture(scope="module", params=["user-namespace", "root-without-user-namespace"])
+def zygote(request):
+    """A serving zygote; its kernels get a user namespace, or (root only) bubblewrap's way as
+    root: real capabilities for the setup, none left for the kernel."""
+    if request.param == "root-without-user-namespace":
+        if os.geteuid() != 0:
+            pytest.skip("only root builds the sandbox without a user namespace")
+        os.environ["CH34_SANDBOX_USER_NAMESPACE"] = "0"
+    try:
+        started = Zygote(threads=1)
+    finally:
+        os.environ.pop("CH34_SANDBOX_USER_NAMESPACE", None)
     assert started.problem is None, started.problem
+    started.user_namespace = request.param == "user-namespace"
     yield started
     started.stop()
 
@@ -182,6 +192,12 @@ def test_kernel_has_no_capabilities_and_a_user_namespace_of_its_own_cannot_remou
     assert "DONE" not in said and said.strip(), said
 
 
+def test_kernel_is_in_a_user_namespace_of_its_own_unless_root_went_without(zygote, kernel):
+    # uid_map: one id mapped in a user namespace of its own; the whole range in the host's.
+    mapped = kernel.run("print(open('/proc/self/uid_map').read().split())")
+    assert (mapped.split(",")[-1].strip(" ']\n") == "1") == zygote.user_namespace, mapped
+
+
 def test_kernel_has_only_loopback_and_no_route_out(kernel):
     said = kernel.run(
         """
@@ -319,3 +335,10 @@ def test_zygote_gone_means_its_kernels_are_gone(workdirs):
     assert processes_with(f"sleep\x00{seconds}\x00") == []
     started.client.stop_channels()
     zygote.stop()
+
+
+def test_the_zygote_shows_kernels_the_same_system_paths_as_bubblewrap():
+    # Two standalone scripts (neither may import the other's folder): one whitelist between them.
+    from grader.kit import sandbox, zygote
+
+    assert zygote.SYSTEM_PATHS == sandbox.SYSTEM_PATHS

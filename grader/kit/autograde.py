@@ -9,7 +9,9 @@ students and lists every file it does not grade, with why). For each submission 
 grader normalises the notebook against the release (`normalize.py`), copies the grading
 course (`build/grading-course`: config, source, gradebook) into a fresh working directory,
 and runs nbgrader's own `autograde` there, in a forked process (`grade_one.py`), with
-the kernel inside bubblewrap (`sandbox.py`). Nothing a submission does reaches the template
+the kernel in a sandbox: forked from one process that imported torch and ipykernel once for
+the batch, into namespaces of its own (`zygote.py`), or, where that cannot be made or with
+--no-zygote, started afresh inside bubblewrap (`sandbox.py`). Nothing a submission does reaches the template
 course, the report, the repository or another submission; a kernel that dies, hangs or
 floods becomes a row with its status, never a crash and never a stale grade.
 

@@ -2,9 +2,11 @@
 
 The fork starts with nbgrader, nbconvert, nbclient and jupyter_client already imported by its
 parent (about 3 s a submission that a fresh process would spend). `grade_in_child` gives the
-working copy a kernelspec whose kernel starts inside bubblewrap (`sandbox.py`), sets the limits,
-runs nbgrader's own `autograde` in process on `workdir/course`, writes `workdir/result.json`
-and exits; nothing it started outlives it (`reaper.py`). It never writes outside `workdir`.
+working copy a kernelspec whose kernel is forked from the batch's pre-imported `Zygote`
+(`zygote.py`) or, without one, starts afresh inside bubblewrap (`sandbox.py` either way), sets
+the limits, runs nbgrader's own `autograde` in process on `workdir/course`, writes
+`workdir/result.json` and exits; nothing it started outlives it (`reaper.py`). It never writes
+outside `workdir`.
 """
 
 from __future__ import annotations

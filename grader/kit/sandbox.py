@@ -1,4 +1,5 @@
-"""Start one notebook kernel inside a bubblewrap sandbox (the kernelspec's argv points here).
+"""Start one notebook kernel in the sandbox (the kernelspec's argv points here): forked from the
+batch's zygote (`zygote.py`) when there is one, else afresh inside bubblewrap.
 
     python sandbox.py {connection_file}
     python sandbox.py --check      # start this interpreter in the same sandbox, import ipykernel, exit
