@@ -163,7 +163,7 @@ def grade_all(
     def record(outcome: Outcome, workdir: Path, submission: Submission, index: int) -> None:
         nonlocal held
         if reference is not None and index == reference_index:
-            judge_preflight(outcome, release, sandbox)
+            judge_preflight(outcome, release, sandbox_kind(sandbox, zygote))
             shutil.rmtree(workdir, ignore_errors=True)
             passed = (
                 f"preflight: the reference solution earned full marks ({outcome.seconds:.1f} s)"
@@ -409,9 +409,10 @@ def write_reference(course: Path, folder: Path) -> Path:
     return path
 
 
-def judge_preflight(outcome: Outcome, release, sandbox: bool) -> None:
+def judge_preflight(outcome: Outcome, release, sandbox: str) -> None:
     """Raise `GraderFault` unless the reference solution's `outcome` earned full marks on
-    every grade cell: graded exactly as the students are, anything less is the grader's fault."""
+    every grade cell: graded exactly as the students are, anything less is the grader's fault.
+    `sandbox` is the start line's `sandbox_kind`."""
     points = dict(report.grade_columns(release))
     lost = {
         grade_id: outcome.scores.get(grade_id, (0.0, p))[0]
@@ -425,8 +426,8 @@ def judge_preflight(outcome: Outcome, release, sandbox: bool) -> None:
     if outcome.status == "graded":
         what = "lost points on " + ", ".join(f"{g} ({s:g}/{points[g]:g})" for g, s in lost.items())
     check = {
-        "kernel_died": "can the kernel start in the sandbox (bubblewrap, the Python installation "
-        "it binds), is --memory-gb high enough",
+        "kernel_died": "can the kernel start in the sandbox (the Python installation it binds; "
+        "--no-zygote tries bubblewrap), is --memory-gb high enough",
         "grader_crash": "the memory limit (--memory-gb), the cgroup limits, free disk space",
         "grader_error": "the nbgrader log above; rebuild the grading course with `make notebooks`",
         "timeout": "--cell-timeout and --notebook-timeout, and how busy this machine is",
@@ -436,7 +437,7 @@ def judge_preflight(outcome: Outcome, release, sandbox: bool) -> None:
     }.get(outcome.status, "the reason above")
     raise GraderFault(
         f"preflight failed: the reference solution, graded exactly as the students' notebooks "
-        f"would be (this Python, sandbox {'bubblewrap' if sandbox else 'none'}, the same limits), "
+        f"would be (this Python, sandbox {sandbox}, the same limits), "
         f"scored {earned:g}/{sum(points.values()):g} and {what}. Nobody was graded and nothing "
         f"was written into the report. Check: {check}."
     )

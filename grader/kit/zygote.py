@@ -22,7 +22,8 @@ builds the same sandbox itself, with the same system calls bubblewrap makes:
         └ kernel  PID 2: limits, environment, argv as `python -m ipykernel_launcher`; runs it
 
 The kernel's file system is bubblewrap's whitelist from `sandbox.py`: /dev with the usual
-devices only, its own /proc, a private /tmp and /dev/shm, the system's programs and libraries
+devices only, its own /proc (with /proc/sys, sysrq-trigger, irq and bus read-only, as
+bubblewrap covers them), a private /tmp and /dev/shm, the system's programs and libraries
 and the Python installations read-only (sub-mounts too: /sys/fs/cgroup stays read-only), the
 scratch and runtime directories read-write; the repository, the course, other submissions
 and the zygote's socket do not exist in there. It has no capabilities (none in its bounding
@@ -78,7 +79,8 @@ SYSCALLS = {
 
 # What the kernel sees: the same list as sandbox.py's bubblewrap command line.
 SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
-DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # no /dev/pts: no terminals
+PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
 # What every kernel imports for itself, listed from a graded kernel's sys.modules: torch
 # (about 2.5 CPU-s), IPython and ipykernel (0.5), then what the kernel imports as it starts:
 # its debugger (debugpy), completion and inspection helpers, tornado's queues; and what
@@ -179,12 +181,15 @@ def serve(listener: socket.socket) -> None:
 
 def accept_request(connection, selector, listener, launchers) -> int | None:
     """Read one request and fork its monitor; the monitor's pid, or None for a bad request."""
+    fds = []
     try:
         message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 1)
         request = {**json.loads(message), "user_namespace": USER_NAMESPACE}
         if len(fds) != 1:
             raise ValueError("one file descriptor (the kernel's log) expected")
     except (OSError, ValueError):  # only the grader's own launchers can reach the socket
+        for fd in fds:
+            os.close(fd)
         return None
     sys.stdout.flush()
     sys.stderr.flush()
@@ -302,6 +307,13 @@ def build_root(request: dict) -> None:
     mount("tmpfs", new + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     os.mkdir(new + "/proc")
     mount("proc", new + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)  # this PID namespace's
+    # As bubblewrap does: the kernel keeps the grader's uid, root's on a grading server, and
+    # root may write /proc/sys (global settings) and /proc/sysrq-trigger (a reboot) without any
+    # capability. These four become read-only.
+    for name in PROC_COVERED:
+        if os.path.exists(f"{new}/proc/{name}"):
+            mount(f"{new}/proc/{name}", f"{new}/proc/{name}", None, MS_BIND | MS_REC)
+            remount_read_only(f"{new}/proc/{name}")
     os.mkdir(new + "/tmp")
     mount("tmpfs", new + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
 
@@ -332,11 +344,16 @@ def bind(path: str, *, read_only: bool) -> None:
         open(target, "w").close()
     mount(source, target, None, MS_BIND | MS_REC)
     if read_only:
-        for mount_point, options in mounts_at_or_below(target):
-            flags = MS_BIND | MS_REMOUNT | MS_RDONLY
-            for option in options:
-                flags |= MOUNT_OPTIONS.get(option, 0)
-            mount(None, mount_point, None, flags)
+        remount_read_only(target)
+
+
+def remount_read_only(target: str) -> None:
+    """Make the bind mount at `target`, and every mount below it, read-only."""
+    for mount_point, options in mounts_at_or_below(target):
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        for option in options:
+            flags |= MOUNT_OPTIONS.get(option, 0)
+        mount(None, mount_point, None, flags)
 
 
 def mounts_at_or_below(target: str) -> list:
