@@ -350,15 +350,17 @@ def processes_with(text: str) -> list[int]:
 def test_zygote_gone_means_its_kernels_are_gone(workdirs):
     seconds = unique_sleep()
     zygote = Zygote(threads=1)
-    started = Kernel(workdirs / "0000", zygote)
-    said = started.run(
-        f"import subprocess\nsubprocess.Popen(['sleep', '{seconds}'], start_new_session=True)"
-    )
-    assert processes_with(f"sleep\x00{seconds}\x00"), f"the detached process did not start: {said}"
-    os.kill(zygote.process.pid, signal.SIGKILL)
-    assert survivors(f"sleep\x00{seconds}\x00") == []
-    started.client.stop_channels()
-    zygote.stop()
+    try:
+        started = Kernel(workdirs / "0000", zygote)
+        said = started.run(
+            f"import subprocess\nsubprocess.Popen(['sleep', '{seconds}'], start_new_session=True)"
+        )
+        assert processes_with(f"sleep\x00{seconds}\x00"), f"did not start: {said}"
+        os.kill(zygote.process.pid, signal.SIGKILL)
+        assert survivors(f"sleep\x00{seconds}\x00") == []
+        started.client.stop_channels()
+    finally:
+        zygote.stop()  # its folder too, even when an assertion failed
 
 
 def test_the_zygote_shows_kernels_the_same_system_paths_as_bubblewrap():
