@@ -565,7 +565,7 @@ def sandbox_kind(sandbox: bool, zygote: Zygote | None) -> str:
     """What the start line says about how the kernels are isolated."""
     if not sandbox:
         return "NONE"
-    if zygote is not None and zygote.problem is None:
+    if zygote is not None and zygote.serving:
         return "namespaces (bubblewrap's, each kernel forked from one that imported torch once)"
     if zygote is not None:
         return f"bubblewrap (each kernel started afresh: no pre-imported kernel, {zygote.problem})"
@@ -597,7 +597,7 @@ def grade_sandboxed(intake, args, limits, sandbox, cgroup_bases, zygote) -> int:
                 stop_on_fault=not args.keep_going,
                 roster=args.roster,
                 reference=write_reference(args.course, Path(scratch)),
-                zygote=zygote if zygote is not None and zygote.problem is None else None,
+                zygote=zygote if zygote is not None and zygote.serving else None,
             )
     except GraderFault as fault:
         print(f"error: {fault}", file=sys.stderr)

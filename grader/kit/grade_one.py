@@ -153,7 +153,12 @@ class Zygote:
         self.process = subprocess.Popen(
             [kernel_python(), str(ZYGOTE_SCRIPT), str(self.socket), str(os.getpid())],
             cwd=self.folder,
-            env={**os.environ, **thread_environment(threads)},
+            # Its self-test binds the Python trees every kernel will be given.
+            env={
+                **os.environ,
+                **thread_environment(threads),
+                "CH34_SANDBOX_PYTHON": os.pathsep.join(python_roots()),
+            },
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,  # an import's traceback becomes the problem's text
@@ -171,6 +176,10 @@ class Zygote:
         self.problem = None if said[-1:] == ["ready"] else zygote_problem(said)
         if self.problem:
             self.stop()
+
+    @property
+    def serving(self) -> bool:
+        return self.problem is None
 
     def stop(self) -> None:
         """End the zygote; kernels still running from it end with it (parent-death signals)."""

@@ -71,7 +71,7 @@ def bwrap_argv(runtime_dir: str) -> list:
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.exists(path):
             argv += ["--ro-bind", path, path]
-    for path in filter(None, os.environ.get("CH34_SANDBOX_PYTHON", "").split(os.pathsep)):
+    for path in listed_paths("CH34_SANDBOX_PYTHON"):
         argv += ["--ro-bind", path, path]
     argv += ["--bind", scratch, scratch, "--bind", runtime_dir, runtime_dir, "--chdir", scratch]
     argv += [
@@ -86,6 +86,11 @@ def bwrap_argv(runtime_dir: str) -> list:
     for name in GRADER_VARIABLES:
         argv += ["--unsetenv", name]
     return argv
+
+
+def listed_paths(variable: str) -> list:
+    """The os.pathsep-separated paths in environment `variable` (none when it is unset)."""
+    return [path for path in os.environ.get(variable, "").split(os.pathsep) if path]
 
 
 def json_ip(connection_file: str) -> str:
@@ -136,9 +141,9 @@ def run_in_zygote(connection_file: str, zygote_socket: str) -> int:
         "connection_file": shutil.copy(connection_file, runtime_dir),
         "scratch": os.environ["CH34_SANDBOX_SCRATCH"],
         "runtime": runtime_dir,
-        "python_roots": list(filter(None, os.environ["CH34_SANDBOX_PYTHON"].split(os.pathsep))),
+        "python_roots": listed_paths("CH34_SANDBOX_PYTHON"),
         "memory": int(os.environ.get("CH34_SANDBOX_MEMORY", "0")),
-        "cgroups": list(filter(None, os.environ.get("CH34_SANDBOX_CGROUPS", "").split(os.pathsep))),
+        "cgroups": listed_paths("CH34_SANDBOX_CGROUPS"),
         "env": kernel_environment(),
     }
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as zygote:

@@ -6,7 +6,8 @@ that imported torch and ipykernel once, into Linux namespaces of its own.
 Started by the batch grader (`grade_one.Zygote`) once a batch; once it has tested the sandbox
 and imported what kernels need it prints "ready" (or "unavailable: <why>", or an import's
 traceback, and exits), then serves the kernel launcher (`sandbox.py`) on the Unix socket
-SOCKET until it is killed; it dies with PARENT_PID. Imports nothing from the repository: like `sandbox.py` it
+SOCKET until it is killed; it dies with PARENT_PID. Its self-test binds the Python trees
+named in CH34_SANDBOX_PYTHON, as every kernel's request will. Imports nothing from the repository: like `sandbox.py` it
 runs with an unknown working directory.
 
 Why: a kernel that starts from nothing spends about 3 CPU-s importing torch, IPython and
@@ -427,9 +428,10 @@ def self_test(listener: socket.socket, user_namespace: bool) -> str | None:
         "check": True,
         "user_namespace": user_namespace,
         "cgroups": [],
-        "python_roots": sorted(
-            {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-        ),
+        # What the grader gives every kernel (grade_one.python_roots), passed to the zygote.
+        "python_roots": [
+            p for p in os.environ.get("CH34_SANDBOX_PYTHON", "").split(os.pathsep) if p
+        ],
         "scratch": os.getcwd(),
         "runtime": os.getcwd(),
         "memory": 0,
