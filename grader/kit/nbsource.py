@@ -122,7 +122,7 @@ _HIDDEN_BLOCK = re.compile(
 # Hidden checks live in plain files next to the source, one per TODO: `checks/todo<N>.py`.
 # A grade cell names one check inside its hidden block; the build inlines the file there.
 CHECKS_DIR = SOURCE_PATH.parent / "checks"
-_CHECK_LINE = re.compile(r"^#\| check: (todo\d+\.py)::(check_\w+)[ \t]*$", re.MULTILINE)
+_CHECK_LINE = re.compile(r"^#\| check: ([\w-]+\.py)::(check_\w+)[ \t]*$", re.MULTILINE)
 HIDDEN_CHECK_FILENAME = "<hidden check>"  # what a traceback names: it cannot quote the lines
 _TRIPLE = "'" * 3
 
@@ -177,9 +177,30 @@ def inline_checks(text: str) -> str:
     return _CHECK_LINE.sub(inline, text)
 
 
+# A cell holding only `#| include: FILE.py` is replaced by the cells of that percent-format file,
+# which sits next to the main source: one file per part, joined in this order by `read_source`.
+_INCLUDE_LINE = re.compile(r"^#\| include: ([\w-]+\.py)\s*$")
+
+
 def read_source(path: Path = SOURCE_PATH) -> nbformat.NotebookNode:
-    """Parse the percent-format source into a notebook (nbgrader metadata included)."""
-    return jupytext.read(str(path), fmt="py:percent")
+    """Parse the percent-format source into a notebook (nbgrader metadata included).
+
+    Include cells (`#| include: part4_scheduler.py`) are replaced by the named file's cells, so
+    a part can live in a file of its own while the notebook stays one.
+    """
+    nb = jupytext.read(str(path), fmt="py:percent")
+    cells = []
+    for cell in nb.cells:
+        included = _INCLUDE_LINE.match(cell.source) if cell.cell_type == "code" else None
+        if not included:
+            cells.append(cell)
+            continue
+        part = path.parent / included.group(1)
+        if not part.is_file():
+            raise SystemExit(f"{path.name} includes {included.group(1)}, but {part} does not exist")
+        cells.extend(jupytext.read(str(part), fmt="py:percent").cells)
+    nb.cells = cells
+    return nb
 
 
 def nbgrader_meta(cell) -> dict:

@@ -2152,6 +2152,12 @@ del _show_eviction_policies
 # - **没有证明：** 真实显存里的 KV 复用是否正确（那是第二部分用小 Transformer 做的事）；命中率换算成 TTFT、吞吐或显存节省是多少：命中的 token 省掉的是 prefill 计算，但注意力开销随位置增长，token 命中率不等于时间节省比例；真实请求流（到达时间、长度分布、会话间隔）下命中率是多少。服务级别的数字需要第 69 节的 backend benchmark。
 # - **没有实现：** decode 阶段新生成的满块也登记进缓存（vLLM 会这样做，多轮对话的命中率会更高）；全部命中时仍要重算最后一个 token 以得到 logits；LoRA / 多模态的额外哈希键；抢占（preemption）时的块回收；KV 在 GPU、CPU、磁盘之间的分层卸载。
 
+# %%
+#| include: part4_scheduler.py
+
+# %%
+#| include: part4_measure.py
+
 # %% [markdown]
 # ## 附：GPU 可选实验（不计分）：观察分块带来的资源边界
 #
