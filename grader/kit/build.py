@@ -30,6 +30,7 @@ from .nbsource import (
     NOTEBOOK_NAME,
     REPO_ROOT,
     colab_texts,
+    grading_summary,
     github_repo,
     inline_checks,
     nbgrader_meta,
@@ -69,9 +70,9 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
     Grade cells get the hidden checks they name inlined (`nbsource.inline_checks`).
     """
     nb = read_source()
-    colab = colab_texts(github_repo())
+    filled = {**colab_texts(github_repo()), "{{grading_summary}}": grading_summary(nb)}
     for cell in nb.cells:
-        for placeholder, text in colab.items():
+        for placeholder, text in filled.items():
             cell.source = cell.source.replace(placeholder, text)
         if cell.cell_type == "code" and nbgrader_meta(cell).get("grade"):
             cell.source = inline_checks(cell.source)

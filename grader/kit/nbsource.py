@@ -42,12 +42,33 @@ class Part:
     counted: bool  # False: a challenge part, reported beside the score, never inside it
 
 
-# The one table of parts. Grade ids read `test_todo<N>_<check>`: the TODO number says the part.
-PARTS = (
-    Part("core", "核心：PrefixCacheManager", tuple(range(1, 9)), counted=True),
-    Part("kv", "第二部分：真实 KV", (9, 10), counted=True),
-    Part("block", "第三部分（选做）：块级缓存", tuple(range(11, 15)), counted=False),
+# The one table of parts: (key, title, TODOs). Grade ids read `test_todo<N>_<check>`: the TODO
+# number says the part. Which parts count toward `score` is the instructor's setting,
+# `counted_parts` in grader/course.toml; the others are recorded beside the score.
+_PART_TABLE = (
+    ("core", "核心：PrefixCacheManager", tuple(range(1, 9))),
+    ("kv", "第二部分：真实 KV", (9, 10)),
+    ("block", "第三部分（选做）：块级缓存", tuple(range(11, 15))),
+    ("sched", "第四部分：调度器", tuple(range(15, 20))),
 )
+DEFAULT_COUNTED_PARTS = ("core", "kv", "sched")
+
+
+def load_parts(settings: Path = COURSE_SETTINGS) -> tuple[Part, ...]:
+    """The parts, each counted or not as `counted_parts` in `settings` says (default: all but
+    part three). An unknown part key, or a setting that is not a list of keys, is an error."""
+    with open(settings, "rb") as handle:
+        chosen = tomllib.load(handle).get("counted_parts", list(DEFAULT_COUNTED_PARTS))
+    keys = [key for key, _, _ in _PART_TABLE]
+    if not isinstance(chosen, list) or not all(isinstance(k, str) for k in chosen):
+        raise ValueError(f"{settings}: counted_parts must be a list of part keys, e.g. {keys}")
+    unknown = [k for k in chosen if k not in keys]
+    if unknown:
+        raise ValueError(f"{settings}: counted_parts names {unknown}; the parts are {keys}")
+    return tuple(Part(key, title, todos, key in chosen) for key, title, todos in _PART_TABLE)
+
+
+PARTS = load_parts()
 _GRADE_ID = re.compile(r"^test_todo(\d+)_")
 
 
@@ -57,10 +78,10 @@ def todo_number(grade_id: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def part_of(grade_id: str) -> Part | None:
+def part_of(grade_id: str, parts: tuple[Part, ...] = PARTS) -> Part | None:
     """The part a grade cell belongs to, or None when its id names no TODO of any part."""
     number = todo_number(grade_id)
-    return next((part for part in PARTS if number in part.todos), None)
+    return next((part for part in parts if number in part.todos), None)
 
 
 def github_repo(settings: Path = COURSE_SETTINGS, root: Path = REPO_ROOT) -> str | None:
@@ -109,6 +130,28 @@ def colab_texts(repo: str | None) -> dict[str, str]:
         f"选「文件 → 上传笔记本」，上传老师发给你的 `{NOTEBOOK_NAME}`。",
         "{{colab_howto}}": "按上面的方法上传本 `.ipynb` 文件；做完后同样用「文件 → 下载」取回。",
     }
+
+
+def grading_summary(nb, parts: tuple[Part, ...] = PARTS) -> str:
+    """What the first cell's `{{grading_summary}}` becomes: each part's TODOs and points, which
+    parts count toward the score (the `counted_parts` setting) and their total."""
+    points = {part.key: 0 for part in parts}
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        part = part_of(meta.get("grade_id", ""), parts) if meta.get("grade") else None
+        if part is not None:
+            points[part.key] += meta.get("points", 0)
+    counted = [p for p in parts if p.counted]
+    others = [p for p in parts if not p.counted]
+
+    def named(part):
+        return f"{part.title}（TODO {part.todos[0]}–{part.todos[-1]}）{points[part.key]:g} 分"
+
+    total = sum(points[p.key] for p in counted)
+    text = "、".join(named(p) for p in counted) + f"，共 **{total:g} 分，计入成绩**"
+    if others:
+        text += "；" + "、".join(named(p) for p in others) + f"**单独记录，不计入这 {total:g} 分**"
+    return text
 
 
 # A marker line goes with its newline; a marker ending the cell (no newline) goes too.

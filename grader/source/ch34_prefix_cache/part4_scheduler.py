@@ -135,7 +135,7 @@ def num_cached_tokens(prefix_cache, token_ids, block_size) -> int:
 #
 # 常见错误：decode 不扣预算；命中的 token 也扣预算；完整命中时一个 token 都不调度；命中长度不按块取整；忽略 `long_prefill_token_threshold`；先排 prefill，预算够时 decode 饿着；prefill 做到一半就采样；新请求不按到达顺序接纳；只在请求的第一块里找前缀（复用量被预算卡住）；预算多用了 1 个。
 
-# %% nbgrader={"grade": false, "grade_id": "todo16_19_scheduler", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "scheduler_todo16_19", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Scheduler:
     """vLLM v1 调度器的核心：一个 token 预算，decode 与 prefill 块共用，命中的前缀不重算。"""
 
@@ -208,7 +208,7 @@ class Scheduler:
         ### END SOLUTION
 
     def _schedule_waiting(self, out, token_budget: int) -> None:
-        # TODO 18: 从 waiting 队头按到达顺序接纳：先设命中长度（TODO 15），再分 token，放进 running。
+        # TODO 18: 从 waiting 队头按到达顺序接纳：先用 num_cached_tokens 设命中长度，再分 token，放进 running。
         ### BEGIN SOLUTION
         while self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs:
             request = self.waiting.popleft()
@@ -232,3 +232,321 @@ class Scheduler:
                 self.running.remove(request)
                 del self.requests[request_id]
         ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "visible_todo15_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 运行此单元格检查 TODO 15–19：每个 TODO 几个固定的小例子，一秒内跑完；评分时还有 15 格隐藏检查（随机轨迹逐步比对参考实现）。
+VISIBLE_TODO_OF.update(
+    {
+        (None, "num_cached_tokens"): "TODO 15",
+        ("Scheduler", "_num_new_tokens"): "TODO 16",
+        ("Scheduler", "_schedule_running"): "TODO 17",
+        ("Scheduler", "_schedule_waiting"): "TODO 18",
+        ("Scheduler", "update_from_output"): "TODO 19",
+    }
+)
+
+
+class ListPrefixCache:
+    """最简单的 prefix_cache：登记过的前缀里，取 prompt 开头命中的最长一个。可见检查和 4.5 节用它。"""
+
+    def __init__(self, prefixes=()):
+        self.prefixes = [list(p) for p in prefixes]
+
+    def match_prefix(self, token_ids) -> int:
+        tokens = list(token_ids)
+        return max((len(p) for p in self.prefixes if tokens[: len(p)] == p), default=0)
+
+
+def run_steps(scheduler, num_steps, sampled=1):
+    """跑 num_steps 步，每步把 sampled 当作每个被调度请求的采样结果；返回每步的 num_scheduled_tokens。"""
+    steps = []
+    for _ in range(num_steps):
+        out = scheduler.schedule()
+        steps.append(dict(out.num_scheduled_tokens))
+        scheduler.update_from_output(out, {request_id: sampled for request_id in out.num_scheduled_tokens})
+    return steps
+
+
+def new_scheduler(prompts, max_tokens=3, **settings):
+    """一个按 settings 构造的 Scheduler，prompts（{request_id: prompt}）按顺序加入。"""
+    scheduler = Scheduler(**settings)
+    for request_id, prompt in prompts.items():
+        scheduler.add_request(Request(request_id, prompt, max_tokens))
+    return scheduler
+
+
+def visible_check_todo15():
+    f = num_cached_tokens
+    for matched, length, block, want in [(37, 60, 16, 32), (10, 60, 16, 0), (48, 48, 16, 32), (49, 49, 16, 48)]:
+        cache = ListPrefixCache([list(range(matched))])
+        got = f(cache, list(range(length)), block)
+        assert got == want, f"TODO 15: num_cached_tokens(缓存命中 {matched} 个, {length} 个 token 的 prompt, block_size={block}) 应为 {want}，得到 {got!r}"
+    assert f(None, [1, 2, 3], 4) == 0, f"TODO 15: prefix_cache=None 时 num_cached_tokens 应为 0，得到 {f(None, [1, 2, 3], 4)!r}"
+
+
+def visible_check_todo16():
+    scheduler = Scheduler(max_num_batched_tokens=64, max_num_seqs=4)
+    request = Request("a", list(range(50)), 4)
+    for computed, budget, want in [(0, 64, 50), (30, 64, 20), (30, 7, 7)]:
+        got = scheduler._num_new_tokens(request, computed, budget)
+        assert got == want, f"TODO 16: 50 个 token 的请求已算 {computed} 个、预算 {budget} 时应给 {want} 个，得到 {got!r}"
+    request.output_token_ids.extend([3, 4])  # num_tokens = 52：已算 51 个时 decode 欠 1 个
+    got = scheduler._num_new_tokens(request, 51, 64)
+    assert got == 1, f"TODO 16: prompt 50 个、已生成 2 个（num_tokens = 52）、已算 51 个时 decode 欠 1 个，得到 {got!r}：欠的是 num_tokens - num_computed_tokens"
+    request = Request("a", list(range(50)), 4)
+    capped = Scheduler(max_num_batched_tokens=64, max_num_seqs=4, long_prefill_token_threshold=8)
+    got = capped._num_new_tokens(request, 0, 64)
+    assert got == 8, f"TODO 16: long_prefill_token_threshold=8 时一步最多给 8 个 token，得到 {got!r}"
+
+
+def depends_on(*todos):
+    """TODO 17–19 的可见检查用到前面的 TODO：它们还没通过时跳过，免得把别的 TODO 的错记到这里。"""
+    checks = {15: visible_check_todo15, 16: visible_check_todo16, 17: visible_check_todo17, 18: visible_check_todo18}
+    for todo in todos:
+        try:
+            checks[todo]()
+        except Exception:  # noqa: BLE001  (前置检查：任何错误都只说明那个 TODO 还没好)
+            return f"它用到 TODO {todo}，TODO {todo} 还没通过上面的检查"
+    return None
+
+
+def visible_check_todo17():
+    skipped = depends_on(16)
+    if skipped:
+        return skipped
+    scheduler = new_scheduler({"a": [1, 2, 3], "b": [4, 5, 6, 7]}, max_tokens=5, max_num_batched_tokens=10, max_num_seqs=8)
+    run_steps(scheduler, 1)
+    scheduler.add_request(Request("c", list(range(30)), 5))
+    got = run_steps(scheduler, 2)
+    assert got == [{"a": 1, "b": 1, "c": 8}] * 2, f"TODO 17: a、b 在 decode、新请求 c 有 30 个 token、预算 10：这两步都应先排 a、b 各 1 个，c 拿剩下的 8 个（做了一半的 c 排在 a、b 后面），即 [{{'a': 1, 'b': 1, 'c': 8}}] * 2，得到 {got}"
+    scheduler = new_scheduler({"x": list(range(9)), "y": [1]}, max_num_batched_tokens=4, max_num_seqs=8)
+    got = run_steps(scheduler, 3)
+    assert got == [{"x": 4}, {"x": 4}, {"x": 1, "y": 1}], f"TODO 17: 预算 4，x 有 9 个 token：做了一半的 x 每步先拿预算，三步应为 [{{'x': 4}}, {{'x': 4}}, {{'x': 1, 'y': 1}}]，得到 {got}"
+    return None
+
+
+def visible_check_todo18():
+    skipped = depends_on(15, 16, 17)
+    if skipped:
+        return skipped
+    scheduler = new_scheduler({name: list(range(800)) for name in "abc"}, max_num_batched_tokens=1024, max_num_seqs=8)
+    got = run_steps(scheduler, 2)
+    assert got == [{"a": 800, "b": 224}, {"a": 1, "b": 576, "c": 447}], f"TODO 18: 预算 1024、三个 800 token 的新请求，两步应为 [{{'a': 800, 'b': 224}}, {{'a': 1, 'b': 576, 'c': 447}}]，得到 {got}"
+    scheduler = new_scheduler({f"q{i}": [i] * (2 + i) for i in range(4)}, max_tokens=2, max_num_batched_tokens=100, max_num_seqs=2)
+    got = run_steps(scheduler, 3)
+    assert got == [{"q0": 2, "q1": 3}, {"q0": 1, "q1": 1}, {"q2": 4, "q3": 5}], f"TODO 18: max_num_seqs=2：先按到达顺序接纳 q0、q1，它们结束后才接纳 q2、q3，三步应为 [{{'q0': 2, 'q1': 3}}, {{'q0': 1, 'q1': 1}}, {{'q2': 4, 'q3': 5}}]，得到 {got}"
+    system = [(3 * i) % 47 for i in range(200)]
+    scheduler = new_scheduler({"hit": system + [5] * 20}, max_num_batched_tokens=64, max_num_seqs=4, block_size=16, prefix_cache=ListPrefixCache([system]))
+    got = run_steps(scheduler, 1)[0]
+    assert got == {"hit": 28}, f"TODO 18: 缓存了 200 个 token 的 system prompt，新请求 220 个 token、block_size=16、预算 64：命中 192 个（整块），应只调度 28 个，得到 {got}"
+    return None
+
+
+def visible_check_todo19():
+    skipped = depends_on(15, 16, 17, 18)
+    if skipped:
+        return skipped
+    scheduler = new_scheduler({"a": list(range(10))}, max_tokens=2, max_num_batched_tokens=4, max_num_seqs=4)
+    request = scheduler.requests["a"]
+    run_steps(scheduler, 2, sampled=7)
+    assert request.output_token_ids == [], f"TODO 19: 10 个 token 的 prompt、预算 4，两步后只算了 8 个：prefill 中途不采样，output_token_ids 应为 []，得到 {request.output_token_ids}"
+    run_steps(scheduler, 1, sampled=7)
+    assert request.output_token_ids == [7], f"TODO 19: 第三步算完整个 prompt，应收下采样的 7：output_token_ids 应为 [7]，得到 {request.output_token_ids}"
+    got = run_steps(scheduler, 2, sampled=8)
+    assert got == [{"a": 1}, {}] and request.output_token_ids == [7, 8], f"TODO 19: max_tokens=2：decode 一步收下 8 后请求结束，之后不再调度；应为 [{{'a': 1}}, {{}}] 且输出 [7, 8]，得到 {got}、{request.output_token_ids}"
+    return None
+
+
+run_visible_checks(
+    [
+        ("TODO 15", visible_check_todo15),
+        ("TODO 16", visible_check_todo16),
+        ("TODO 17", visible_check_todo17),
+        ("TODO 18", visible_check_todo18),
+        ("TODO 19", visible_check_todo19),
+    ]
+)
+
+
+# %% [markdown]
+# #### 自动评分单元格：TODO 15–19（共 30 分）
+#
+# 每格检查一个 TODO 的一个方面，分值写在第一行。评分时只有被检查的那个 TODO 用你的代码，调度器的其他 TODO（以及 TODO 15 的命中规则）换成参考实现，所以一处错误只扣它自己那个 TODO 的分。随机轨迹的检查在上百个种子固定的场景里逐步比较：每步调度了谁、各几个 token，每个请求的 `num_computed_tokens` 和输出。
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo15_blocks", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 15 · 按整块命中（3 分）：命中长度向下取整到 block_size 的倍数，短于一块的前缀不命中
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo15_blocks
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo15_full_hit", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 15 · 完整命中（2 分）：最多到 num_tokens - 1，再按块取整
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo15_full_hit
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo15_no_cache", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# TODO 15 · 没有缓存（1 分）：没有缓存（None）或没有命中时为 0，只读缓存
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo15_no_cache
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo16_owed", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 16 · 欠多少给多少（2 分）：decode 欠 1 个，prefill 欠剩下的 prompt，不超过预算
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo16_owed
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo16_threshold", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 16 · threshold（2 分）：long_prefill_token_threshold：大于 0 时封顶，0 表示不限
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo16_threshold
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo17_decodes_first", "locked": true, "points": 3, "schema_version": 3, "solution": false, "task": false}
+# TODO 17 · 先 decode（3 分）：先排 running：decode 各扣 1 个预算，做了一半的 prefill 接着做，按接纳顺序
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo17_decodes_first
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo17_budget", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 17 · 预算（2 分）：总数不超过预算，每个数都是正整数，预算用完就停
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo17_budget
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo17_random", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 17 · 随机轨迹（2 分）：逐步与参考实现比较
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo17_random
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo18_fcfs", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 18 · 先来先服务（2 分）：按到达顺序接纳，运行中的请求不超过 max_num_seqs
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo18_fcfs
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo18_prefix_hit", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 18 · 命中的前缀不调度（2 分）：命中的 token 不调度，也不扣预算；完整命中重算最后一块
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo18_prefix_hit
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo18_fixed_vector", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 18 · 固定例子（2 分）：预算 1024、三个 800 token 的请求 → 800、224、0
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo18_fixed_vector
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo18_random", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 18 · 随机轨迹（2 分）：随机轨迹（共享前缀）：逐步与参考实现比较
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo18_random
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo19_catch_up", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 19 · 追上才采样（2 分）：prefill 中途不产生 token
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo19_catch_up
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo19_finish", "locked": true, "points": 2, "schema_version": 3, "solution": false, "task": false}
+# TODO 19 · 结束（2 分）：生成够 max_tokens 个就结束，让出 max_num_seqs 的名额
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo19_finish
+### END HIDDEN TESTS
+
+# %% nbgrader={"grade": true, "grade_id": "test_todo19_random", "locked": true, "points": 1, "schema_version": 3, "solution": false, "task": false}
+# TODO 19 · 随机轨迹（1 分）：输出与状态逐步与参考实现比较
+### BEGIN HIDDEN TESTS
+#| check: sched.py::check_todo19_random
+### END HIDDEN TESTS
+
+# %% [markdown]
+# #### 4.5　在小模型上跑一遍：调度器切出的块，算出的结果与一次算完相同
+#
+# 到这里调度器只是在记账。下面把它接到第二部分的 `TinyCausalLM` 上：每一步按 `schedule()` 的结果，给每个被调度的请求把它这一步的 token（从 `num_computed_tokens` 前进之前的位置开始）送进模型，带上这个请求自己的 KV，算完把 KV 留给它的下一块；命中前缀的请求，第一块接着缓存里那段前缀的 KV 算。每个追上的请求取最后一行 logits 的 argmax 作为采样结果，交给 `update_from_output`。
+#
+# 块的大小每一步都不一样（取决于预算被 decode 用掉多少），命中的 token 从没被算过，可每个请求 prompt 部分的 logits 仍应与一次完整前向 `model(prompt)` 相同（从命中的位置起），生成的 token 也应与逐个 token 的贪心解码相同。这与第二部分的结论是同一件事：KV 接力传对了，怎么切都一样。
+#
+# （真实引擎把同一步里所有请求的 token 拼成一个批，一次前向算完，每个请求只对它最后一个被调度的位置算 logits；这里为了清楚，逐个请求调用模型。fp32 下结果逐位接近；bf16 的服务里，切法不同会让舍入不同，命中与不命中的结果可能差几个 ulp。）
+
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "sched_end_to_end", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def serve_on_tiny_model(model, scheduler, prompts, max_tokens, cached_prefixes=(), max_steps=500):
+    """用 scheduler 排的每一步真的跑 model：返回 ({id: prompt 部分算出的 logits}, {id: 生成的 token}, {id: 命中长度}, 每步的调度)。
+
+    cached_prefixes 里的前缀先各算一次 KV 存起来，命中时从中切出前 num_computed_tokens 个位置。
+    """
+    prefix_kv = {tuple(p): model(list(p))[1] for p in cached_prefixes}
+    requests = {rid: Request(rid, prompt, max_tokens) for rid, prompt in prompts.items()}
+    for request in requests.values():
+        scheduler.add_request(request)
+    kv, rows, hits, timeline = {}, {rid: [] for rid in prompts}, {}, []
+    for _ in range(max_steps):
+        out = scheduler.schedule()
+        if not out.num_scheduled_tokens:
+            break
+        timeline.append(dict(out.num_scheduled_tokens))
+        sampled = {}
+        for rid, n in out.num_scheduled_tokens.items():
+            request = requests[rid]
+            start = request.num_computed_tokens - n  # schedule() 已经前进过了
+            if rid not in kv:  # 第一块：从命中的位置开始
+                hits[rid] = start
+                kv[rid] = None
+                if start > 0:
+                    source = [c for p, c in prefix_kv.items() if len(p) >= start and list(p[:start]) == request.prompt_token_ids[:start]]
+                    assert source, f"调度器（TODO 18）让 {rid} 从第 {start} 个 token 开始，可没有哪段缓存的前缀覆盖这 {start} 个 token"
+                    kv[rid] = tuple((k[:, :start], v[:, :start]) for k, v in source[0])
+            tokens = (request.prompt_token_ids + request.output_token_ids)[start : start + n]
+            logits, kv[rid] = model(tokens, past_kv=kv[rid])
+            if start < request.num_prompt_tokens:
+                rows[rid].append(logits[: request.num_prompt_tokens - start])
+            sampled[rid] = int(logits[-1].argmax())
+        scheduler.update_from_output(out, sampled)
+    prompt_logits = {rid: torch.cat(chunks, dim=0) for rid, chunks in rows.items() if chunks}
+    return prompt_logits, {rid: list(r.output_token_ids) for rid, r in requests.items()}, hits, timeline
+
+
+def greedy_one_shot(model, prompt, max_tokens):
+    """参照：整个 prompt 一次前向，然后每次把全部 token 从头算一遍，取 argmax。"""
+    tokens, outputs = list(prompt), []
+    full_logits = model(tokens)[0]
+    for _ in range(max_tokens):
+        outputs.append(int(model(tokens)[0][-1].argmax()))
+        tokens.append(outputs[-1])
+    return full_logits, outputs
+
+
+def demo_end_to_end():
+    torch.manual_seed(0)
+    model = TinyCausalLM(TinyConfig(max_positions=256), seed=4)
+    rng = random.Random(34)
+    system = [rng.randrange(64) for _ in range(40)]  # 一段共享的 system prompt，已经在缓存里
+    prompts = {
+        "long": [rng.randrange(64) for _ in range(90)],
+        "chat-1": system + [rng.randrange(64) for _ in range(11)],
+        "chat-2": system + [rng.randrange(64) for _ in range(25)],
+        "repeat": list(system),  # 整个 prompt 都已缓存
+    }
+    scheduler = Scheduler(max_num_batched_tokens=32, max_num_seqs=3, block_size=16, prefix_cache=ListPrefixCache([system]))
+    logits, outputs, hits, timeline = serve_on_tiny_model(model, scheduler, prompts, max_tokens=4, cached_prefixes=[system])
+    print("每一步调度的 token（前 8 步）：")
+    for index, step in enumerate(timeline[:8]):
+        print(f"  第 {index} 步：{step}（共 {sum(step.values())}）")
+    print(f"  ……共 {len(timeline)} 步")
+    print(f"{'请求':<8}{'prompt':>8}{'命中':>6}{'最大误差':>12}  生成的 token（调度器 / 逐个贪心解码）")
+    for rid, prompt in prompts.items():
+        full_logits, expected = greedy_one_shot(model, prompt, 4)
+        hit = hits.get(rid)
+        assert hit is not None and rid in logits, f"调度器（TODO 15–19）没有算完请求 {rid} 的 prompt"
+        gap = (logits[rid] - full_logits[hit:]).abs().max().item()
+        assert logits[rid].shape == full_logits[hit:].shape and gap < 1e-4, f"{rid}：调度器切出的块算出的 logits 与一次完整前向不同（最大误差 {gap:.1e}）：检查 TODO 17–18 给的 token 数与 num_computed_tokens"
+        assert outputs[rid] == expected, f"{rid}：生成的 token {outputs[rid]} 与逐个贪心解码的 {expected} 不同：检查 TODO 19 什么时候收下 token"
+        print(f"{rid:<8}{len(prompt):>8}{hit:>6}{gap:>12.1e}  {outputs[rid]} / {expected}")
+    print("✅ 每个请求的 logits 都与一次完整前向相同，生成的 token 与贪心解码相同")
+
+
+demo_end_to_end()
