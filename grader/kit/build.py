@@ -30,7 +30,7 @@ from .nbsource import (
     NOTEBOOK_NAME,
     REPO_ROOT,
     colab_texts,
-    grading_summary,
+    points_texts,
     github_repo,
     inline_checks,
     nbgrader_meta,
@@ -70,7 +70,7 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
     Grade cells get the hidden checks they name inlined (`nbsource.inline_checks`).
     """
     nb = read_source()
-    filled = {**colab_texts(github_repo()), "{{grading_summary}}": grading_summary(nb)}
+    filled = {**colab_texts(github_repo()), **points_texts(nb)}
     for cell in nb.cells:
         for placeholder, text in filled.items():
             cell.source = cell.source.replace(placeholder, text)

@@ -132,15 +132,31 @@ def colab_texts(repo: str | None) -> dict[str, str]:
     }
 
 
-def grading_summary(nb, parts: tuple[Part, ...] = PARTS) -> str:
-    """What the first cell's `{{grading_summary}}` becomes: each part's TODOs and points, which
-    parts count toward the score (the `counted_parts` setting) and their total."""
+def part_points(nb, parts: tuple[Part, ...] = PARTS) -> dict[str, float]:
+    """Each part's points: the sum of its grade cells' points in `nb`."""
     points = {part.key: 0 for part in parts}
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         part = part_of(meta.get("grade_id", ""), parts) if meta.get("grade") else None
         if part is not None:
             points[part.key] += meta.get("points", 0)
+    return points
+
+
+def points_texts(nb, parts: tuple[Part, ...] = PARTS) -> dict[str, str]:
+    """What the placeholders about points become: `{{grading_summary}}` in the first cell (each
+    part's TODOs and points, which count toward the score, their total) and `{{points:<part>}}`
+    in each part's heading ("30 分，计分" or "40 分，单独计分"), as `counted_parts` says."""
+    points = part_points(nb, parts)
+    texts = {
+        f"{{{{points:{p.key}}}}}": f"{points[p.key]:g} 分，{'计分' if p.counted else '单独计分'}"
+        for p in parts
+    }
+    return {"{{grading_summary}}": grading_summary(points, parts), **texts}
+
+
+def grading_summary(points: dict[str, float], parts: tuple[Part, ...] = PARTS) -> str:
+    """The first cell's sentence on points: the counted parts and their total, then the others."""
     counted = [p for p in parts if p.counted]
     others = [p for p in parts if not p.counted]
 

@@ -42,7 +42,7 @@
 # **前置阅读：** 第 20 节 FlashAttention 模拟、第 22 节 vLLM PagedAttention、第 24 节 SGLang RadixAttention。开始之前，你应该能说清楚 KV cache 为什么能保存“历史”的计算结果。
 
 # %% [markdown]
-# ## 第一部分（核心，100 分，计分）：前缀缓存的账本与分块计划
+# ## 第一部分（核心，{{points:core}}）：前缀缓存的账本与分块计划
 #
 # ### 1.1　共享前缀为什么值得缓存
 #
@@ -499,7 +499,7 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 
 # %% [markdown]
 # ---
-# ## 第二部分（30 分，计分）：从账本到真实 KV —— 在一个小 Transformer 上做前缀缓存与分块预填充
+# ## 第二部分（{{points:kv}}）：从账本到真实 KV —— 在一个小 Transformer 上做前缀缓存与分块预填充
 #
 # 第一部分的 `PrefixCacheManager` 只记账：它告诉我们 prompt 的前 `hit_len` 个 token 可以复用、剩下的 suffix 要重新算，但它手里没有任何张量。这一部分把账本接到真实的 KV cache 上，并回答两个问题：
 #
@@ -1273,7 +1273,7 @@ if memory_rows:
 # - **没有测：** batch、调度、TTFT / TPOT、吞吐、显存碎片、真实模型的权重与 kernel（FlashAttention、分页 KV）。这些需要 serving 级别的 benchmark（第 69 节）。最后的 GPU 实验给出分配器层面的峰值显存，但仍只是这个小模型上的一次 prefill。
 
 # %% [markdown]
-# ## 第三部分（选做，40 分，单独计分）：真实引擎怎么做——块级前缀缓存、引用计数与 LRU 淘汰
+# ## 第三部分（选做，{{points:block}}）：真实引擎怎么做——块级前缀缓存、引用计数与 LRU 淘汰
 #
 # 第一部分的 `PrefixCacheManager` 把“登记前缀 → 最长匹配 → 拆出 suffix”这条路径讲清楚了，但它离真实引擎还差三步：
 #
