@@ -26,7 +26,9 @@ def traces(draw):
         "block_size": block,
         "long_prefill_token_threshold": draw(st.sampled_from([0, 0, 1, 3, 20])),
     }
-    systems = draw(st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=40), min_size=1, max_size=3))
+    systems = draw(
+        st.lists(st.lists(st.integers(0, 9), min_size=1, max_size=40), min_size=1, max_size=3)
+    )
     requests, step = [], 0
     for _ in range(draw(st.integers(1, 7))):
         step += draw(st.integers(0, 3))
@@ -69,15 +71,23 @@ def test_every_step_keeps_vllms_invariants(trace):
         assert all(type(n) is int and n > 0 for n in scheduled.values())
         if threshold:
             assert all(n <= threshold for n in scheduled.values())
-        running = [rid for rid, s in states.items() if rid in admitted and s[2] < made[rid].max_tokens]
+        running = [
+            rid for rid, s in states.items() if rid in admitted and s[2] < made[rid].max_tokens
+        ]
         new = [rid for rid in scheduled if rid not in admitted]
         assert len(running) + len(new) <= config["max_num_seqs"]
         # running before waiting: every new request comes after every running one in the dict
         order = list(scheduled)
         assert all(order.index(n) > order.index(r) for n in new for r in order if r in running)
-        for rid in new:  # a new request starts at its block-aligned hit: cached tokens never scheduled
+        for (
+            rid
+        ) in new:  # a new request starts at its block-aligned hit: cached tokens never scheduled
             prompt = made[rid].prompt_token_ids
-            hit = min(cache.match_prefix(prompt), len(prompt) - 1) // config["block_size"] * config["block_size"]
+            hit = (
+                min(cache.match_prefix(prompt), len(prompt) - 1)
+                // config["block_size"]
+                * config["block_size"]
+            )
             assert states[rid][2] - scheduled[rid] == hit
         for rid, (computed0, outputs0, computed1, outputs1) in states.items():
             caught_up = computed1 == len(made[rid].prompt_token_ids) + outputs0
