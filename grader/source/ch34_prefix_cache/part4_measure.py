@@ -246,7 +246,7 @@ def simulate_serving(workload, step_seconds, max_num_batched_tokens, max_num_seq
     active, running = [], []  # 已到达、没结束的请求（按到达顺序）；其中已被接纳的（按接纳顺序）
 
     def fail(todo, message):
-        raise SchedulerCheckError(f"模拟第 {num_steps + 1} 步：{message}。回到 {todo} 检查（先让 4.5 节的可见检查通过）")
+        raise SchedulerCheckError(f"模拟第 {num_steps + 1} 步：{message}。回到 {todo} 检查（先让第四部分的可见检查通过）")
 
     while len(finished) < len(order):
         if num_steps > total_tokens:  # 每一步至少推进 1 个 token，超过这个数一定是调度器在原地打转
