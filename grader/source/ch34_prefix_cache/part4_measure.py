@@ -517,12 +517,8 @@ def _sweep():
         label = f"prefill 优先 {budget}"
         runs[label] = simulate_serving(sweep_workload, sweep_step, budget, cache=HashPrefixCache(), scheduler_class=PrefillFirstScheduler)
         rows.append(summarize_run(label, runs[label]))
-    for budget in (512, 2048):
-        label = f"decode 优先 {budget}，无缓存"
-        runs[label] = simulate_serving(sweep_workload, sweep_step, budget, cache=None)
-        rows.append(summarize_run(label, runs[label]))
     pure_rows = [summarize_run(f"纯 roofline {budget}", simulate_serving(sweep_workload, sweep_pure, budget, cache=HashPrefixCache()))
-                 for budget in (256, 512, 2048, 8192)]
+                 for budget in (256, 2048, 8192)]
     offline = [(when * 0.0, prompt, max_tokens) for when, prompt, max_tokens in sweep_workload]  # 离线：全部请求在 0 时刻到达
     for budget in (128, 512, 8192):
         result = simulate_serving(offline, sweep_step, budget, cache=HashPrefixCache())
@@ -539,9 +535,9 @@ else:
     print(f"模拟 {len(sweep_rows) + len(sweep_pure_rows)} 次，用时 {time.perf_counter() - sweep_started:.1f} s；A100 · Llama-3-8B，roofline + 每步 5 ms：")
     print(format_table(sweep_rows, SERVING_COLUMNS))
     print("\n对照：纯 roofline（t0 = 0）")
-    print(format_table(sweep_pure_rows[:4], SERVING_COLUMNS[:5]))
+    print(format_table(sweep_pure_rows[:3], SERVING_COLUMNS[:5]))
     print("\n离线 benchmark：180 个请求同时到达（roofline + 每步 5 ms）")
-    print(format_table(sweep_pure_rows[4:], [SERVING_COLUMNS[0], SERVING_COLUMNS[4], SERVING_COLUMNS[8], SERVING_COLUMNS[9], ("throughput", "生成 token/s", "{:,.0f}")]))
+    print(format_table(sweep_pure_rows[3:], [SERVING_COLUMNS[0], SERVING_COLUMNS[4], SERVING_COLUMNS[8], SERVING_COLUMNS[9], ("throughput", "生成 token/s", "{:,.0f}")]))
     try:
         import matplotlib.pyplot as plt
     except ImportError:
@@ -576,13 +572,13 @@ else:
         # (ii) TTFT 与 TBT p99 的取舍：每个预算一个点
         fig, ax = plt.subplots(figsize=(6.5, 4.2))
         for prefix, marker, color, name in (("decode 优先", "o-", "tab:blue", "decode-first (vLLM)"), ("prefill 优先", "s", "tab:red", "prefill-first (SGLang default)")):
-            points = [r for r in sweep_rows if r["label"].startswith(prefix) and "无缓存" not in r["label"]]
+            points = [r for r in sweep_rows if r["label"].startswith(prefix)]
             ax.plot([r["ttft_p50"] for r in points], [r["tbt_p99"] for r in points], marker, color=color, label=name)
             for r in points:
                 ax.annotate(r["label"].split()[-1], (r["ttft_p50"], r["tbt_p99"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
         no_chunk = next(r for r in sweep_rows if r["label"].startswith("不分块"))
         ax.plot([no_chunk["ttft_p50"]], [no_chunk["tbt_p99"]], "kx", markersize=9, label="no chunking")
-        pure = sweep_pure_rows[:4]
+        pure = sweep_pure_rows[:3]
         ax.plot([r["ttft_p50"] for r in pure], [r["tbt_p99"] for r in pure], "^--", color="tab:green", alpha=0.7, label="decode-first, pure roofline (t0=0)")
         for r in pure:
             ax.annotate(r["label"].split()[-1], (r["ttft_p50"], r["tbt_p99"]), textcoords="offset points", xytext=(5, -10), fontsize=7, color="tab:green")
@@ -602,14 +598,14 @@ else:
 # - **这正是 vLLM 调优指南（`docs/configuration/optimization.md`）的说法**：`max_num_batched_tokens` 小（比如 2048），inter-token latency 好，因为拖慢 decode 的 prefill 少；大，TTFT 好，因为一步能做更多 prefill；要吞吐，大于 8192。Sarathi-Serve 的实验对严格的 TBT 目标用 512、对宽松的用 2048；在这个模型里两者的 TBT p99 是 34 ms 和 114 ms，TTFT p50 是 114 ms 和 55 ms——一个目标对应一个预算，预算就是“一步最多允许多慢”。
 # - **不分块就是 generation stall。** 不分块（预算 6007）和 8192 的 TBT p99 都在 279 ms，最长的一次间隔 322–424 ms：一个长 prompt 整个塞进一步，这一步就要三百多毫秒，所有正在生成的请求都得等它（第一张图右边，下面一行的空白）。我们的长文档最长不到 6000 token，所以 8192 的预算其实也不切它们。
 # - **prefill 优先（SGLang 默认）在同样的预算下 TBT p99 高得多**：512 时 551 ms、2048 时 352 ms，是 decode 优先的 16 倍和 3 倍（5 个种子里至少 3 倍和 2 倍）；最长的一次间隔 1.4 s 和 1.2 s。每来一个新请求，正在生成的请求就要停下来等一个 prefill 步；每秒来 10 个请求时，这些 prefill 步常常一个接一个。它的 TTFT p50 在这个模型里也没有更好：种子 34 是 147 对 114 ms、61 对 55 ms；5 个种子 × 两个预算共 10 组里，5 组比 decode 优先低（最多低 11%），5 组高（最多高 54%）。在这个模型里，只有 prefill 的步没法让 decode 搭便车，decode 只好单独成步，各自再读一遍权重。
-# - **关掉前缀缓存**，真正要算的 prompt token 从 15.0 万翻到 30.2 万，同一预算下 TTFT p50 涨到 10 倍以上（512：114 → 1143 ms；2048：55 → 659 ms；5 个种子里至少 3 倍）。
+# - **前缀缓存**的影响在下一格单独看：同一负载在预算 2048 下关掉缓存（等价于下一张表的“各不相同”），TTFT p50 从 55 ms 涨到 659 ms（5 个种子里至少 5 倍）。
 # - **第二张图**把 TBT p99（纵轴，对数）和 TTFT p50（横轴）放在一起：蓝线从右下（256：TBT 好、TTFT 差）走到左上（8192），在 1024–2048 附近拐弯；红点（prefill 优先）在蓝线上方，也就是同样的 TTFT 下 TBT 更差；黑叉（不分块）与 8192 的点重合。
 # - **离线 benchmark**（180 个请求同时到达，只看全部跑完要多久）：预算 128 用了 23.6 s，512 用了 15.2 s，8192 用了 16.8 s（5 个种子都是 128 最慢、比 512 慢 30% 以上，512 比 8192 先跑完）。预算低于“拐点 + 正在 decode 的请求数”（这里约 160 + 64）时，每一步都是带宽受限的小步，权重读得比算得多，吞吐掉三分之一。512 反而比 8192 快约 10%，是 roofline 的理想化造成的：它假设同一步里读权重和做运算完全重叠，decode 塞进 prefill 块里真的不要钱（Sarathi 说的 piggybacking）；真实 kernel 在几百个 token 时达不到峰值，这个优势会缩小甚至反过来。
 
 # %% [markdown]
 # ##### 前缀缓存：命中多少，TTFT 降多少
 #
-# 同一个种子、同样的到达时刻和长度，只改“共享多少”：短请求的 system prompt 从 4 段共享、32 段、128 段，到每个请求各不相同；再加两行对照：4 段但关掉缓存，以及**热缓存**——同一串请求连着跑第二遍，缓存里留着第一遍登记的块（用固定种子的 benchmark 重复跑，就是这种情况）。预算 2048，A100 · Llama-3-8B，roofline + 每步 5 ms。
+# 同一个种子、同样的到达时刻和长度，只改“共享多少”：短请求的 system prompt 从 4 段共享、32 段、128 段，到每个请求各不相同；再加一行**热缓存**——同一串请求连着跑第二遍，缓存里留着第一遍登记的块（用固定种子的 benchmark 重复跑，就是这种情况）。预算 2048，A100 · Llama-3-8B，roofline + 每步 5 ms。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_cache", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 模拟：命中的 prompt token 比例与 TTFT（预算 2048）
@@ -622,7 +618,6 @@ def _cache_sweep():
         workload = poisson_workload(seed=34, num_requests=180, rate=10.0, num_system_prompts=shared)
         rows.append(summarize_run(name, simulate_serving(workload, cache_step, 2048, cache=HashPrefixCache())))
     workload = poisson_workload(seed=34, num_requests=180, rate=10.0, num_system_prompts=4)
-    rows.append(summarize_run("4 段共享，无缓存", simulate_serving(workload, cache_step, 2048, cache=None)))
     warm = HashPrefixCache()
     simulate_serving(workload, cache_step, 2048, cache=warm)  # 第一遍：把块登记进 warm
     rows.append(summarize_run("4 段共享，热缓存（第二遍）", simulate_serving(workload, cache_step, 2048, cache=warm)))
@@ -641,7 +636,7 @@ else:
     if plt is not None:
         fig, ax = plt.subplots(figsize=(6.5, 4))
         english = {"1 段共享": "1 shared", "4 段共享": "4 shared", "32 段共享": "32 shared", "128 段共享": "128 shared", "各不相同": "all distinct",
-                   "4 段共享，无缓存": "4 shared, cache off", "4 段共享，热缓存（第二遍）": "4 shared, warm cache (2nd run)"}
+                   "4 段共享，热缓存（第二遍）": "4 shared, warm cache (2nd run)"}
         ax.plot([r["hit_share"] for r in cache_rows], [r["ttft_p50"] for r in cache_rows], "o", label="TTFT p50")
         ax.plot([r["hit_share"] for r in cache_rows], [r["ttft_p99"] for r in cache_rows], "s", label="TTFT p99")
         for r in cache_rows:
@@ -655,7 +650,7 @@ else:
         plt.show()
 
 # %% [markdown]
-# **怎么读。** 只改“共享多少”，其余完全相同：命中的 prompt token 从 0% 到 50%，TTFT p50 从 659 ms 降到 55 ms（32 段共享命中 41%，115 ms；128 段 20%，321 ms；5 个种子里都是命中越多 TTFT 越低）；“各不相同”与“关掉缓存”两行一模一样，说明缓存开着但没有可复用的前缀时，它什么也不改变。TBT 几乎不动：前缀缓存省的是 prefill，不是 decode。热缓存的第二遍命中 99%，TTFT p50 23 ms、p99 31 ms，真正算的 prompt token 只有 1,533 个——每个请求只剩最后一块要算（TODO 15 的“最多到 `num_tokens - 1`、按整块取整”）。
+# **怎么读。** 只改“共享多少”，其余完全相同：命中的 prompt token 从 0% 到 50%，TTFT p50 从 659 ms 降到 55 ms（32 段共享命中 41%，115 ms；128 段 20%，321 ms；5 个种子里都是命中越多 TTFT 越低）。“各不相同”这一行就是关掉缓存时的结果：缓存开着却没有可复用的前缀，调度与关掉缓存一步不差（仓库的测试核对了这一点），真正要算的 prompt token 从 15.0 万翻到 30.2 万。TBT 几乎不动：前缀缓存省的是 prefill，不是 decode。热缓存的第二遍命中 99%，TTFT p50 23 ms、p99 31 ms，真正算的 prompt token 只有 1,533 个——每个请求只剩最后一块要算（TODO 15 的“最多到 `num_tokens - 1`、按整块取整”）。
 #
 # ##### 用户最常问的四个问题
 #
