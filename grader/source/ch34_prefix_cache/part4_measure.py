@@ -93,10 +93,12 @@ def fit_step_model(samples, relative=True):
 def time_model_steps(model, points, repeats=3, seed=0):
     """给 model 的一步计时：每个 (n, P) 先用 P 个 token 建好 KV（不计时），再计时“带着这份 KV 新算 n 个 token”。
 
-    各点轮流计时（每一轮把全部点各跑一次），机器状态的漂移对所有点一样；返回每点一行：
+    各点轮流计时（每一轮把全部点按一个固定种子打乱的顺序各跑一次），机器状态的漂移对所有点一样，
+    也没有哪个点总排在第一个；返回每点一行（按 points 的顺序）：
     {"n", "P", "tokens", "work", "median", "low", "high"}（秒，repeats 次的中位数、最小、最大）。
     """
-    draw = random.Random(seed).randrange
+    rng = random.Random(seed)
+    draw = rng.randrange
     vocab = model.config.vocab_size
     prepared = []
     for n, p in points:
@@ -108,7 +110,8 @@ def time_model_steps(model, points, repeats=3, seed=0):
         model(ids, past_kv=past)
     samples = [[] for _ in prepared]
     for _ in range(repeats):
-        for i, (n, p, ids, past) in enumerate(prepared):
+        for i in rng.sample(range(len(prepared)), len(prepared)):
+            n, p, ids, past = prepared[i]
             start = time.perf_counter()
             model(ids, past_kv=past)
             samples[i].append(time.perf_counter() - start)
@@ -378,9 +381,9 @@ def serving_result_or_none(run):
 # %% [markdown]
 # ##### 步时模型（一）：在你的 CPU 上量出来
 #
-# 下面的单元格给第二部分的 `TinyCausalLM`（这次宽一点：`d = 128`、2 层、4 个头）计时：对 4 种 token 数 `n` × 3 种已有上下文 `P`，先建好 `P` 个 token 的 KV，再计时“带着它新算 `n` 个 token”的一次前向。12 个点轮流各跑 5 遍（轮流，是为了让机器状态的漂移对每个点一样），表里是中位数和最小–最大。然后用最小二乘（`torch.linalg.lstsq`，按相对误差加权）拟合 `t ≈ a + b·N_tok + c·W`，“拟合”一列是模型的预测，“残差”是预测相对中位数差了多少。
+# 下面的单元格给第二部分的 `TinyCausalLM`（这次宽一点：`d = 128`、2 层、4 个头）计时：对 4 种 token 数 `n` × 3 种已有上下文 `P`，先建好 `P` 个 token 的 KV，再计时“带着它新算 `n` 个 token”的一次前向。12 个点轮流各跑 5 遍（每一遍按固定种子打乱顺序，让机器状态的漂移对每个点一样），表里是中位数和最小–最大。然后用最小二乘（`torch.linalg.lstsq`，按相对误差加权）拟合 `t ≈ a + b·N_tok + c·W`，“拟合”一列是模型的预测，“残差”是预测相对中位数差了多少。
 #
-# 读数时注意三件事：`a` 是每一步都要付的固定开销（Python 调用、几十个小算子的启动）；`b` 是每个 token 过一遍全部线性层的代价；这个小模型的注意力把 `T × S` 的分数全算出来再掩码，所以 `c·W` 随上下文增长得很快——这是它和 GPU 上 FlashAttention 的不同之处。计时用单线程（`torch.set_num_threads(1)`，测完恢复），一共一两秒。
+# 读数时注意三件事：`a` 是每一步都要付的固定开销（Python 调用、几十个小算子的启动）；`b` 是每个 token 过一遍全部线性层的代价；这个小模型的注意力把 `T × S` 的分数全算出来再掩码，所以 `c·W` 随上下文增长得很快——这是它和 GPU 上 FlashAttention 的不同之处。计时用单线程（`torch.set_num_threads(1)`，测完恢复），空闲的机器上一共一两秒；机器忙时（别的进程在抢 CPU）最小–最大会拉得很开，残差也跟着变大——这正是要把范围印出来的原因。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_step_model", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 实测：小模型一步的耗时，拟合 t ≈ a + b·N_tok + c·W；再列出 T4 / A100 的 roofline（规格表数字，不是实测）
@@ -477,9 +480,9 @@ if plt is not None:
 #
 # 上面的表用了两组规格表数字：**T4**（Colab 的免费 GPU；65 TFLOPS fp16 Tensor Core、320 GB/s；它只有 16 GB，放不下 16 GB 的 8B 模型，所以配 Qwen2.5-1.5B）与 **A100 SXM 80 GB**（论文里的卡；312 TFLOPS bf16 稠密、2,039 GB/s；40 GB 版 1,555 GB/s）配 Llama-3-8B（80.3 亿参数，bf16 权重 16 GB；32 层、宽 4096、8 个 KV 头 × 128，每个 token 的 KV 128 KiB）。`W_causal = Σ n·(P + (n+1)/2)`：GPU 上的 FlashAttention 跳过被掩掉的一半，所以这里不用小模型的 `n·(P+n)`。
 #
-# **roofline 忽略了什么。** 它假设 kernel 一过拐点就跑满峰值、带宽也用满（实际的矩阵乘在几百个 token 时远没到峰值，MFU 常在 40–70%）；没有 kernel 启动、调度、采样、CPU 与 GPU 之间的同步这些**每步固定开销**；没有通信（张量并行）、没有显存容量（KV 放不放得下、会不会抢占）、没有量化和投机解码。所以它给出的是“这块卡不可能比这更快”的下界，不是预测。
+# **roofline 忽略了什么。** 它假设 kernel 一过拐点就跑满规格表上的峰值、带宽也用满（真实的 kernel 达不到规格表的峰值，一步的 token 少时离得更远）；没有 kernel 启动、调度、采样、CPU 与 GPU 之间的同步这些**每步固定开销**；没有通信（张量并行）、没有显存容量（KV 放不放得下、会不会抢占）、没有量化和投机解码。所以它给出的是“这块卡不可能比这更快”的下界，不是预测。
 #
-# 每步固定开销对这一节很要紧：没有它，把一个 prompt 切成 512 的块与一次算完**一样快**（上表 `t0 = 0` 两行都是 1.00×）。Sarathi-Serve 论文实测的分块开销是：块 512 时 1.12–1.19×，块 2048 时约 1.0×（2k–8k token 的 prompt）。我们给 roofline 加一个假设的每步固定开销 `t0 = 5 ms`，它正好把这个比例复现到 1.14–1.16× 与 1.00–1.03×（上表后两行）。**`t0` 是为了对上论文的数字而选的，不是测出来的**；下面的模拟两种都跑：`t0 = 5 ms` 作为主结果，`t0 = 0`（纯 roofline）作为对照。你的 CPU 上量出的 `a`（约 1 ms，相当于上百个 token 的线性层时间）是同一类东西在小模型上的样子。
+# 每步固定开销对这一节很要紧：没有它，把一个 prompt 切成 512 的块与一次算完**一样快**（上表 `t0 = 0` 两行都是 1.00×）。Sarathi-Serve 论文实测的分块开销是：块 512 时 1.12–1.19×，块 2048 时约 1.0×（2k–8k token 的 prompt）。我们给 roofline 加一个假设的每步固定开销 `t0 = 5 ms`，它正好把这个比例复现到 1.14–1.16× 与 1.00–1.03×（上表后两行）。**`t0` 是为了对上论文的数字而选的，不是测出来的**；下面的模拟两种都跑：`t0 = 5 ms` 作为主结果，`t0 = 0`（纯 roofline）作为对照。你的 CPU 上量出的 `a`（上面第一张表下面印出了它相当于多少个 token 的线性层时间）是同一类东西在小模型上的样子。
 
 # %% [markdown]
 # ##### 负载与模拟
