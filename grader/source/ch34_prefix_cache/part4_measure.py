@@ -643,7 +643,10 @@ else:
         ax.plot([r["hit_share"] for r in cache_rows], [r["ttft_p50"] for r in cache_rows], "o", label="TTFT p50")
         ax.plot([r["hit_share"] for r in cache_rows], [r["ttft_p99"] for r in cache_rows], "s", label="TTFT p99")
         for r in cache_rows:
-            ax.annotate(english[r["label"]], (r["hit_share"], r["ttft_p50"]), textcoords="offset points", xytext=(4, 6), fontsize=7)
+            right = r["hit_share"] > 0.9  # 最右边的点把标签写在左边，免得出界
+            ax.annotate(english[r["label"]], (r["hit_share"], r["ttft_p50"]), textcoords="offset points", xytext=(-4 if right else 4, 6),
+                        ha="right" if right else "left", fontsize=7)
+        ax.set_xlim(-0.05, 1.05)
         ax.set_yscale("log")
         ax.set_xlabel("share of prompt tokens that hit the prefix cache")
         ax.set_ylabel("TTFT (ms)")
