@@ -11,7 +11,7 @@ the spread a different workload sample gives; then the seconds the sweep took an
 Exits 0 when every conclusion the notebook's text states holds for every seed, 1 otherwise
 (each broken one is printed), 2 when the simulation itself fails.
 
-    python bench/bench_scheduler.py               # about 30 s on 2 cores
+    python bench/bench_scheduler.py               # 30 to 40 s on 2 busy cores
     python bench/bench_scheduler.py --seeds 34,35
 """
 
