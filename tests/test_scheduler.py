@@ -16,6 +16,16 @@ NS = solution_namespace(read_source())
 Request, Scheduler, ListPrefixCache = NS["Request"], NS["Scheduler"], NS["ListPrefixCache"]
 
 
+def run_steps(scheduler, num_steps, sampled=1):
+    """Each step's num_scheduled_tokens, every scheduled request sampling `sampled`."""
+    steps = []
+    for _ in range(num_steps):
+        out = scheduler.schedule()
+        steps.append(dict(out.num_scheduled_tokens))
+        scheduler.update_from_output(out, {rid: sampled for rid in out.num_scheduled_tokens})
+    return steps
+
+
 @st.composite
 def traces(draw):
     """Scheduler settings, cached prefixes and requests (arrival step, prompt, max_tokens)."""
@@ -108,14 +118,14 @@ def test_a_budget_of_1024_and_three_800_token_prompts_schedule_800_224_and_nothi
     sched = Scheduler(max_num_batched_tokens=1024, max_num_seqs=8)
     for rid in "abc":
         sched.add_request(Request(rid, list(range(800)), 2))
-    assert NS["run_steps"](sched, 2) == [{"a": 800, "b": 224}, {"a": 1, "b": 576, "c": 447}]
+    assert run_steps(sched, 2) == [{"a": 800, "b": 224}, {"a": 1, "b": 576, "c": 447}]
 
 
 def test_a_fully_cached_prompt_recomputes_its_last_block_not_one_token():
     system = list(range(64))
     sched = Scheduler(64, 4, block_size=16, prefix_cache=ListPrefixCache([system]))
     sched.add_request(Request("again", system, 1))
-    assert NS["run_steps"](sched, 1) == [{"again": 16}]
+    assert run_steps(sched, 1) == [{"again": 16}]
     assert NS["num_cached_tokens"](ListPrefixCache([system[:10]]), system, 16) == 0
 
 

@@ -258,24 +258,6 @@ class ListPrefixCache:
         return max((len(p) for p in self.prefixes if tokens[: len(p)] == p), default=0)
 
 
-def run_steps(scheduler, num_steps, sampled=1):
-    """跑 num_steps 步，每步把 sampled 当作每个被调度请求的采样结果；返回每步的 num_scheduled_tokens。"""
-    steps = []
-    for _ in range(num_steps):
-        out = scheduler.schedule()
-        steps.append(dict(out.num_scheduled_tokens))
-        scheduler.update_from_output(out, {request_id: sampled for request_id in out.num_scheduled_tokens})
-    return steps
-
-
-def new_scheduler(prompts, max_tokens=3, **settings):
-    """一个按 settings 构造的 Scheduler，prompts（{request_id: prompt}）按顺序加入。"""
-    scheduler = Scheduler(**settings)
-    for request_id, prompt in prompts.items():
-        scheduler.add_request(Request(request_id, prompt, max_tokens))
-    return scheduler
-
-
 def visible_check_todo15():
     f = num_cached_tokens
     for matched, length, block, want in [(37, 60, 16, 32), (10, 60, 16, 0), (48, 48, 16, 32), (49, 49, 16, 48)]:
@@ -301,8 +283,8 @@ def visible_check_todo16():
 
 
 def depends_on(*todos):
-    """TODO 17–19 的可见检查用到前面的 TODO：它们还没通过时跳过，免得把别的 TODO 的错记到这里。"""
-    checks = {15: visible_check_todo15, 16: visible_check_todo16, 17: visible_check_todo17, 18: visible_check_todo18}
+    """TODO 17、18 的可见检查用到前面的 TODO：它们还没通过时跳过，免得把别的 TODO 的错记到这里。"""
+    checks = {15: visible_check_todo15, 16: visible_check_todo16}
     for todo in todos:
         try:
             checks[todo]()
@@ -311,50 +293,89 @@ def depends_on(*todos):
     return None
 
 
+def scheduler_in_state(settings, running=(), waiting=()):
+    """直接摆好调度器的状态：running、waiting 里的请求（各自的 num_computed_tokens 与输出已设好）。
+
+    TODO 17–19 的可见检查各只调用一个方法，这样一个 TODO 的错不会算到另一个头上。
+    """
+    scheduler = Scheduler(**settings)
+    scheduler.running = list(running)
+    scheduler.waiting = deque(waiting)
+    scheduler.requests = {r.request_id: r for r in [*running, *waiting]}
+    return scheduler
+
+
+def request_in_state(request_id, prompt, num_computed_tokens, outputs=(), max_tokens=5):
+    request = Request(request_id, prompt, max_tokens)
+    request.num_computed_tokens = num_computed_tokens
+    request.output_token_ids = list(outputs)
+    return request
+
+
 def visible_check_todo17():
     skipped = depends_on(16)
     if skipped:
         return skipped
-    scheduler = new_scheduler({"a": [1, 2, 3], "b": [4, 5, 6, 7]}, max_tokens=5, max_num_batched_tokens=10, max_num_seqs=8)
-    run_steps(scheduler, 1)
-    scheduler.add_request(Request("c", list(range(30)), 5))
-    got = run_steps(scheduler, 2)
-    assert got == [{"a": 1, "b": 1, "c": 8}] * 2, f"TODO 17: a、b 在 decode、新请求 c 有 30 个 token、预算 10：这两步都应先排 a、b 各 1 个，c 拿剩下的 8 个（做了一半的 c 排在 a、b 后面），即 [{{'a': 1, 'b': 1, 'c': 8}}] * 2，得到 {got}"
-    scheduler = new_scheduler({"x": list(range(9)), "y": [1]}, max_num_batched_tokens=4, max_num_seqs=8)
-    got = run_steps(scheduler, 3)
-    assert got == [{"x": 4}, {"x": 4}, {"x": 1, "y": 1}], f"TODO 17: 预算 4，x 有 9 个 token：做了一半的 x 每步先拿预算，三步应为 [{{'x': 4}}, {{'x': 4}}, {{'x': 1, 'y': 1}}]，得到 {got}"
+    a = request_in_state("a", [1, 2, 3], 3, outputs=[9])  # decode：欠 1 个
+    b = request_in_state("b", [4, 5, 6, 7], 4, outputs=[9])  # decode：欠 1 个
+    c = request_in_state("c", list(range(30)), 8)  # prefill 做了 8 个，欠 22 个
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 10, "max_num_seqs": 8}, running=[a, b, c])
+    out = SchedulerOutput()
+    left = scheduler._schedule_running(out, 10)
+    got = dict(out.num_scheduled_tokens)
+    assert got == {"a": 1, "b": 1, "c": 8} and left == 0, f"TODO 17: running 里依次是 decode 的 a、b 和做了一半的 c（欠 22 个），预算 10：应按顺序给 a、b 各 1 个、c 剩下的 8 个，返回 0，即 {{'a': 1, 'b': 1, 'c': 8}}；得到 {got}，返回 {left!r}"
+    x = request_in_state("x", list(range(9)), 4)  # 欠 5 个
+    y = request_in_state("y", [1], 1, outputs=[2])  # decode：欠 1 个
+    done = request_in_state("z", [1, 2], 3, outputs=[5])  # 已经追上：欠 0 个
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 8}, running=[done, x, y])
+    out = SchedulerOutput()
+    left = scheduler._schedule_running(out, 4)
+    got = dict(out.num_scheduled_tokens)
+    assert got == {"x": 4} and left == 0, f"TODO 17: running 里依次是欠 0 个的 z、欠 5 个的 x、decode 的 y，预算 4：z 跳过（不记 0），x 拿 4 个，预算用完 y 这一步没有；应为 {{'x': 4}}、返回 0，得到 {got}、返回 {left!r}"
     return None
 
 
 def visible_check_todo18():
-    skipped = depends_on(15, 16, 17)
+    skipped = depends_on(15, 16)
     if skipped:
         return skipped
-    scheduler = new_scheduler({name: list(range(800)) for name in "abc"}, max_num_batched_tokens=1024, max_num_seqs=8)
-    got = run_steps(scheduler, 2)
-    assert got == [{"a": 800, "b": 224}, {"a": 1, "b": 576, "c": 447}], f"TODO 18: 预算 1024、三个 800 token 的新请求，两步应为 [{{'a': 800, 'b': 224}}, {{'a': 1, 'b': 576, 'c': 447}}]，得到 {got}"
-    scheduler = new_scheduler({f"q{i}": [i] * (2 + i) for i in range(4)}, max_tokens=2, max_num_batched_tokens=100, max_num_seqs=2)
-    got = run_steps(scheduler, 3)
-    assert got == [{"q0": 2, "q1": 3}, {"q0": 1, "q1": 1}, {"q2": 4, "q3": 5}], f"TODO 18: max_num_seqs=2：先按到达顺序接纳 q0、q1，它们结束后才接纳 q2、q3，三步应为 [{{'q0': 2, 'q1': 3}}, {{'q0': 1, 'q1': 1}}, {{'q2': 4, 'q3': 5}}]，得到 {got}"
+    new = [request_in_state(name, list(range(800)), 0) for name in "abc"]
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 1024, "max_num_seqs": 8}, waiting=new)
+    out = SchedulerOutput()
+    scheduler._schedule_waiting(out, 1024)
+    got = dict(out.num_scheduled_tokens)
+    admitted = [r.request_id for r in scheduler.running]
+    assert got == {"a": 800, "b": 224} and admitted == ["a", "b"], f"TODO 18: 预算 1024，等待队列里依次是三个 800 token 的请求 a、b、c：应接纳 a（800 个）、b（224 个），c 留在队列里；得到 {got}，running = {admitted}"
+    busy = request_in_state("old", [1, 2], 2, outputs=[3])
+    queued = [request_in_state(f"q{i}", [i] * 5, 0) for i in range(3)]
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 100, "max_num_seqs": 2}, running=[busy], waiting=queued)
+    out = SchedulerOutput()
+    scheduler._schedule_waiting(out, 99)
+    got = dict(out.num_scheduled_tokens)
+    assert got == {"q0": 5}, f"TODO 18: max_num_seqs=2、running 里已有 1 个请求，等待队列 q0、q1、q2：只能按到达顺序接纳 q0，应为 {{'q0': 5}}，得到 {got}"
     system = [(3 * i) % 47 for i in range(200)]
-    scheduler = new_scheduler({"hit": system + [5] * 20}, max_num_batched_tokens=64, max_num_seqs=4, block_size=16, prefix_cache=ListPrefixCache([system]))
-    got = run_steps(scheduler, 1)[0]
-    assert got == {"hit": 28}, f"TODO 18: 缓存了 200 个 token 的 system prompt，新请求 220 个 token、block_size=16、预算 64：命中 192 个（整块），应只调度 28 个，得到 {got}"
+    hit = request_in_state("hit", system + [5] * 20, 0)
+    settings = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "block_size": 16, "prefix_cache": ListPrefixCache([system])}
+    scheduler = scheduler_in_state(settings, waiting=[hit])
+    out = SchedulerOutput()
+    scheduler._schedule_waiting(out, 64)
+    got = dict(out.num_scheduled_tokens)
+    assert got == {"hit": 28} and hit.num_computed_tokens == 192, f"TODO 18: 缓存了 200 个 token 的 system prompt，新请求 220 个 token、block_size=16、预算 64：命中 192 个（整块），num_computed_tokens 应设为 192、只调度 28 个；得到 {got}，num_computed_tokens = {hit.num_computed_tokens}"
     return None
 
 
 def visible_check_todo19():
-    skipped = depends_on(15, 16, 17, 18)
-    if skipped:
-        return skipped
-    scheduler = new_scheduler({"a": list(range(10))}, max_tokens=2, max_num_batched_tokens=4, max_num_seqs=4)
-    request = scheduler.requests["a"]
-    run_steps(scheduler, 2, sampled=7)
-    assert request.output_token_ids == [], f"TODO 19: 10 个 token 的 prompt、预算 4，两步后只算了 8 个：prefill 中途不采样，output_token_ids 应为 []，得到 {request.output_token_ids}"
-    run_steps(scheduler, 1, sampled=7)
-    assert request.output_token_ids == [7], f"TODO 19: 第三步算完整个 prompt，应收下采样的 7：output_token_ids 应为 [7]，得到 {request.output_token_ids}"
-    got = run_steps(scheduler, 2, sampled=8)
-    assert got == [{"a": 1}, {}] and request.output_token_ids == [7, 8], f"TODO 19: max_tokens=2：decode 一步收下 8 后请求结束，之后不再调度；应为 [{{'a': 1}}, {{}}] 且输出 [7, 8]，得到 {got}、{request.output_token_ids}"
+    a = request_in_state("a", list(range(10)), 8, max_tokens=2)  # 这一步只算到第 8 个 token
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 4}, running=[a])
+    scheduler.update_from_output(SchedulerOutput({"a": 4}), {"a": 7})
+    assert a.output_token_ids == [], f"TODO 19: 10 个 token 的 prompt 这一步之后只算了 8 个：prefill 中途不采样，output_token_ids 应为 []，得到 {a.output_token_ids}"
+    a.num_computed_tokens = 10  # 下一步算完了整个 prompt
+    scheduler.update_from_output(SchedulerOutput({"a": 2}), {"a": 7})
+    assert a.output_token_ids == [7], f"TODO 19: 算完整个 prompt 的这一步应收下采样的 7：output_token_ids 应为 [7]，得到 {a.output_token_ids}"
+    a.num_computed_tokens = 11  # decode 一步
+    scheduler.update_from_output(SchedulerOutput({"a": 1}), {"a": 8})
+    assert a.output_token_ids == [7, 8], f"TODO 19: decode 之后 output_token_ids 应为 [7, 8]，得到 {a.output_token_ids}"
+    assert a not in scheduler.running and "a" not in scheduler.requests, "TODO 19: max_tokens=2 的请求生成了 2 个 token，应离开 running 和 requests"
     return None
 
 
