@@ -11,7 +11,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export notebooks solutions examples autograde test bench compat lint clean distclean
+.PHONY: all setup sandbox export-tools export notebooks solutions examples autograde test test-fast bench compat lint clean distclean
 
 all: notebooks solutions examples
 
@@ -71,6 +71,10 @@ autograde: $(STAMP) sandbox build/grading-course/gradebook.db
 
 test: $(STAMP) sandbox export-tools
 	$(PY) -m pytest -q tests
+
+# The maintainer's loop: every test that needs no Jupyter kernel, no nbgrader run and no browser.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
 
 bench: $(STAMP) sandbox build/grading-course/gradebook.db
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

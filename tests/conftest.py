@@ -26,6 +26,31 @@ from grader.kit.submissions import filled_submission  # noqa: E402
 from tests import fixtures  # noqa: E402
 
 
+# Two tiers. `make test-fast` (`pytest -m "not slow"`) runs what needs no Jupyter kernel, no
+# nbgrader run and no browser: a maintainer's loop. `make test` runs everything. A test is slow
+# when its module is one of these, when it asks for a fixture that builds or grades the kit, or
+# when it carries `@pytest.mark.slow` itself.
+SLOW_MODULES = frozenset(
+    {
+        "test_adversarial",
+        "test_autograde",
+        "test_export",
+        "test_generation",
+        "test_grader_faults",
+        "test_other_pythons",
+        "test_zygote",
+    }
+)
+SLOW_FIXTURES = frozenset({"fresh_build", "graded_batch"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1]
+        if module in SLOW_MODULES or SLOW_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
 def all_mistakes():
     """Every Mistake of every tests/fixtures/mistakes_*.py catalogue."""
     found = []

@@ -199,6 +199,7 @@ def test_result_is_shown_once_in_the_notebook():
     assert outputs[0].text.count('"mode": "dry_run"') == 1
 
 
+@pytest.mark.slow  # bench/gpu_evidence.py runs the whole probe on the CPU (about 30 s)
 def test_gpu_evidence_script_runs_on_cpu_and_writes_its_table(tmp_path):
     out = tmp_path / "evidence.md"
     run = subprocess.run(

@@ -212,6 +212,7 @@ def test_student_notebook_imports_only_the_standard_library_and_torch():
     )
 
 
+@pytest.mark.slow  # a Jupyter kernel runs the release top to bottom
 def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(tmp_path):
     nb = release()
     execute(nb, tmp_path, allow_errors=True)
