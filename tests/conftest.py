@@ -25,7 +25,6 @@ from grader.kit.nbsource import (  # noqa: E402
 from grader.kit.submissions import filled_submission  # noqa: E402
 from tests import fixtures  # noqa: E402
 
-
 # Two tiers. `make test-fast` (`pytest -m "not slow"`) runs what needs no Jupyter kernel, no
 # nbgrader run and no browser: a maintainer's loop. `make test` runs everything. A test is slow
 # when its module is one of these, when it asks for a fixture that builds or grades the kit, or

@@ -12,7 +12,11 @@ import pytest
 
 from grader.kit.nbsource import nbgrader_meta, read_source, solution_namespace
 
-LINEAR = (1e-2, 5e-5, 2e-9)  # a (s), b (s/token), c (s per query-key pair): fixed, about an 8B model on one A100
+LINEAR = (
+    1e-2,
+    5e-5,
+    2e-9,
+)  # a (s), b (s/token), c (s per query-key pair): fixed, about an 8B model on one A100
 
 
 @lru_cache(maxsize=1)
@@ -154,7 +158,9 @@ def test_prefill_first_stalls_decodes():
 
 def test_no_chunking_stalls_decodes():
     workload = _workload()
-    whole = simulate_serving(workload, _roofline(), max(len(p) for _, p, _ in workload) + 64, cache=HashPrefixCache())
+    whole = simulate_serving(
+        workload, _roofline(), max(len(p) for _, p, _ in workload) + 64, cache=HashPrefixCache()
+    )
     assert max(whole["tbt"]) > 5 * max(_run(512)["tbt"])
 
 
@@ -187,7 +193,9 @@ def test_roofline_has_a_ridge_where_the_two_terms_meet():
     assert step([(1, 0)]) == pytest.approx(step([(64, 0)]), rel=1e-3)  # only the new KV is extra
     # well above it, compute-bound: linear in the token count
     assert step([(8192, 0)]) / step([(4096, 0)]) > 1.9
-    assert NS["roofline_ridge_tokens"]("T4", "Qwen2.5-1.5B") == pytest.approx(65e12 / 320e9, rel=0.01)
+    assert NS["roofline_ridge_tokens"]("T4", "Qwen2.5-1.5B") == pytest.approx(
+        65e12 / 320e9, rel=0.01
+    )
 
 
 def test_time_model_steps_reports_median_and_spread():
@@ -279,18 +287,32 @@ WRONG = [
 @pytest.mark.parametrize("wrong, todo", WRONG, ids=[w.__name__ for w, _ in WRONG])
 def test_simulation_names_the_todo_a_wrong_scheduler_breaks(wrong, todo):
     with pytest.raises(SchedulerCheckError, match=todo):
-        simulate_serving(_workload(num_requests=20), _roofline(), 512, cache=HashPrefixCache(), scheduler_class=wrong)
+        simulate_serving(
+            _workload(num_requests=20),
+            _roofline(),
+            512,
+            cache=HashPrefixCache(),
+            scheduler_class=wrong,
+        )
 
 
 def test_the_correct_scheduler_passes_every_check():
-    result = simulate_serving(_workload(num_requests=20), _roofline(), 512, cache=HashPrefixCache(), scheduler_class=Scheduler)
+    result = simulate_serving(
+        _workload(num_requests=20),
+        _roofline(),
+        512,
+        cache=HashPrefixCache(),
+        scheduler_class=Scheduler,
+    )
     assert len(result["ttft"]) == 20
 
 
 @pytest.mark.parametrize("cell", ["sched_measure_budget", "sched_measure_cache"])
 @pytest.mark.parametrize("wrong, todo", [(IgnoresBudget, "TODO 16"), (NeverSamples, "TODO 19")])
 def test_measurement_cell_stops_on_a_wrong_scheduler(monkeypatch, cell, wrong, todo):
-    monkeypatch.setitem(NS, "Scheduler", wrong)  # the cell and simulate_serving read the name at run time
+    monkeypatch.setitem(
+        NS, "Scheduler", wrong
+    )  # the cell and simulate_serving read the name at run time
     with pytest.raises(SchedulerCheckError, match=todo):
         exec(compile(_cells()[cell], cell, "exec"), NS)
 
