@@ -15,7 +15,8 @@ import nbformat
 import pytest
 
 from grader.kit.autograde import page_name
-from grader.kit.intake import ExportCollector, IntakeError, copy_number, discover
+from grader.kit.intake import ExportCollector, IntakeError, discover
+from grader.kit.layouts import copy_number
 from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from grader.kit.submissions import filled_submission
 from tests.conftest import autograde, read_nb
@@ -62,7 +63,12 @@ def found(intake):
     [
         ("Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb", "12347", False, "Moodle"),
         ("Zhang San_12345_assignsubmission_file_ch34_prefix_cache.ipynb", "12345", False, "Moodle"),
-        ("Participant_88_assignsubmission_file_/x/ch34_prefix_cache.ipynb", "88", False, "Moodle"),
+        (
+            "Participant_88_assignsubmission_file_/x/ch34_prefix_cache.ipynb",
+            "Participant_88",
+            False,
+            "Moodle (blind marking)",
+        ),
         ("lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
         ("lisi_LATE_123457_7890124_work/ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
         ("Wang Wu_12347_assignsubmission_file_/work/2023001.ipynb", "12347", False, "Moodle"),
@@ -140,10 +146,11 @@ def test_roster_maps_lms_numbers_names_and_logins_to_student_ids(tmp_path):
         "zhangsan_999_7890123_ch34_prefix_cache.ipynb": ("2023006", False),
         "周四.ipynb": ("2023004", False),
         "zhaoyi.ipynb": ("2023001", False),
-        "Unknown Person.ipynb": ("Unknown Person", False),
     }
-    assert skipped == {}
-    assert "not on the roster" in notes["Unknown Person"]
+    # With a roster, a file of no roster student is graded under no one: never a guess.
+    assert list(skipped) == ["Unknown Person.ipynb"]
+    assert "not on the roster" in skipped["Unknown Person.ipynb"]
+    assert all(note == "" for note in notes.values())
 
 
 def test_without_a_roster_lms_files_are_keyed_by_the_lms_number(tmp_path):
@@ -210,7 +217,9 @@ def test_newest_duplicate_is_graded_and_the_older_recorded(tmp_path):
             ["c/Ch 34_2023010_attempt_2026-11-30-10-15-00.ipynb"],
         ),
     }
-    assert skipped["a/2023003.ipynb"] == "superseded by the newer a/2023003 (1).ipynb"
+    assert skipped["a/2023003.ipynb"] == (
+        "another notebook of 2023003: graded a/2023003 (1).ipynb instead (the newest)"
+    )
 
 
 def test_zips_are_read_also_inside_a_folder_and_removed_afterwards(tmp_path):
@@ -321,8 +330,15 @@ def test_intake_csv_lists_every_file_with_its_outcome(tmp_path):
             "student_id": "",
             "outcome": "not graded",
             "why": "operating-system debris",
+            "late": "no",
         },
-        {"file": "2023001.ipynb", "student_id": "2023001", "outcome": "graded", "why": "plain"},
+        {
+            "file": "2023001.ipynb",
+            "student_id": "2023001",
+            "outcome": "graded",
+            "why": "id from the file's name",
+            "late": "no",
+        },
     ]
 
 
