@@ -300,8 +300,11 @@ def gradescope_reading(name: str, folder: str, submissions: dict) -> dict:
 def assign(sink: Sink, collector: ExportCollector, roster: Roster | None, intake: Intake) -> None:
     """Tie each notebook to its student (or to no one) and choose one notebook a student."""
     by_student: dict[str, list] = {}
-    for path, source, parts in sink.found:
-        reading = collector.read(parts, source, sink.gradescope)
+    readings = [collector.read(parts, source, sink.gradescope) for _, source, parts in sink.found]
+    teams = any(r["layout"] == "Moodle (team submission)" for r in readings)
+    for (path, source, parts), reading in zip(sink.found, readings):
+        if teams and reading["layout"] == "Moodle":
+            reading = layouts.as_team(reading)
         reading["when"], unread = when_of(reading, path)
         identity = identify(reading, parts, roster)
         if identity.student_id is None:

@@ -62,6 +62,8 @@ GENERIC = re.compile(
     r"^(copyof)?((untitled|notebook|homework|assignment|作业|第\d+章|chapter\d+|ch\d+|lab|hw"
     r"|submission|提交)\d*)*$"
 )
+# Folders a class shares (Google Drive's, Classroom's, a Form's uploads), never one student's.
+SHARED_FOLDER = re.compile(r"fileresponses|classroom|submissions|googledrive|提交|作业收集")
 
 
 def read_name(parts: tuple[str, ...]) -> dict:
@@ -159,6 +161,20 @@ def moodle(name: str, is_folder: bool) -> dict | None:
     return None
 
 
+def as_team(reading: dict) -> dict:
+    """A Moodle reading of an export that holds team submissions: "<group>_<group id>"."""
+    group, number = reading["names"][0], reading["lms_number"]
+    why = f"Moodle's team submission of group {group!r} (id {number}): its members are not in the export"
+    return {
+        **reading,
+        "student_id": f"group_{number}",
+        "layout": "Moodle (team submission)",
+        "keyed": "team",
+        "names": (),
+        "why": why,
+    }
+
+
 def canvas(name: str, is_folder: bool) -> dict | None:
     found = CANVAS_ANON.match(name)
     if found:
@@ -172,10 +188,15 @@ def canvas(name: str, is_folder: bool) -> dict | None:
             "why": f"Canvas's anonymous id {found['anon']} (anonymous grading hides the name)",
         }
     readings = []
-    for tail in CANVAS_TAIL.finditer(name):
-        person = name[: tail.start()]
+    for at in (i for i, ch in enumerate(name) if ch == "_"):
+        tail = CANVAS_TAIL.match(name, at)
+        if not tail:
+            continue
+        person = name[:at]
         # Canvas keeps only word characters and collapses every `_<digits>_` of a name.
-        if person and re.fullmatch(r"\w+", person) and not re.search(r"_\d+_", person + "_"):
+        if person.endswith("_LATE") or any(tail["uid"] == t["uid"] for _, t in readings):
+            continue
+        if person and re.fullmatch(r"\w+", person) and not re.search(r"_\d+_", person):
             readings.append((person, tail))
     if not readings:
         return None
@@ -271,4 +292,8 @@ def named_like_assignment(file_name: str) -> bool:
 def generic(stem: str) -> bool:
     """A name that says nothing about a person: the assignment's notebook name, "Untitled", ..."""
     base = simplified(copy_number(stem)[0])
-    return named_like_assignment(stem) or bool(GENERIC.match(base)) or ASSIGNMENT in stem.lower()
+    return (
+        named_like_assignment(stem)
+        or bool(GENERIC.match(base) or SHARED_FOLDER.search(base))
+        or ASSIGNMENT in stem.lower()
+    )
