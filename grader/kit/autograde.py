@@ -88,7 +88,8 @@ class Outcome:
     autograded: str = ""  # nbgrader's autograded notebook, while it is still in the working copy
     late: bool = False  # the export marks the submission late (Canvas's LATE, a NAME_PATTERN)
     source: str = ""  # the input file as named in the export
-    superseded: list = field(default_factory=list)  # older copies of this student's notebook
+    superseded: list = field(default_factory=list)  # the student's other notebooks, not graded
+    choice: str = ""  # with several notebooks: the rule that chose the one graded
 
 
 def grade_all(
@@ -173,6 +174,7 @@ def grade_all(
             return
         outcome.student_id, outcome.late = submission.student_id, submission.late
         outcome.source, outcome.superseded = submission.source, list(submission.superseded)
+        outcome.choice = submission.choice
         kept[outcome.student_id] = formgrader.read_autograded(outcome.autograded)
         pages[outcome.student_id] = finish(outcome, workdir, overrides.get(outcome.student_id, ()))
         outcomes.append(outcome)
@@ -503,6 +505,12 @@ def main(argv=None) -> int:
         "--memory-gb", type=float, default=Limits.memory_bytes / 2**30, help="kernel memory cap"
     )
     parser.add_argument(
+        "--intake-only",
+        action="store_true",
+        help="print who would be graded, under which id, from which file and why; write "
+        "REPORT/intake.csv; grade nothing (`make intake`)",
+    )
+    parser.add_argument(
         "--keep-going",
         action="store_true",
         help="grade every submission even when most fail the same way on the grader's side",
@@ -515,7 +523,27 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     with intake:
+        if args.intake_only:
+            return intake_only(intake, args)
         return grade_intake(intake, args, limits)
+
+
+def intake_only(intake, args) -> int:
+    """`make intake`: the intake table and REPORT/intake.csv; 4 when no file has a known student."""
+    print(intake.table())
+    for text in (intake.not_graded() if intake.skipped else "", intake.warnings()):
+        if text:
+            print(text)
+    intake.write_csv(args.report / "intake.csv")
+    print(f"wrote {args.report / 'intake.csv'}; nothing was graded")
+    if not intake.submissions:
+        print(
+            f"error: no file in {args.submissions} could be tied to a known student: see the "
+            "why of each file above (pass ROSTER=, NAME_PATTERN=, or rename the files)",
+            file=sys.stderr,
+        )
+        return 4
+    return 0
 
 
 def kernel_threads(jobs: int) -> int:
@@ -526,13 +554,15 @@ def kernel_threads(jobs: int) -> int:
 def grade_intake(intake, args, limits: Limits) -> int:
     """Grade what `discover` found; print the table and the "not graded" list."""
     submissions = intake.submissions
+    print(intake.table(), file=sys.stderr)
     if intake.skipped:
         print(intake.not_graded(), file=sys.stderr)
     if intake.warnings():
         print(intake.warnings(), file=sys.stderr)
     if not submissions:
         intake.write_csv(args.report / "intake.csv")
-        print(f"error: no .ipynb files in {args.submissions}", file=sys.stderr)
+        what = "could be tied to a known student" if intake.unknown() else "is a notebook"
+        print(f"error: no file in {args.submissions} {what}", file=sys.stderr)
         return 2
     sandbox = not args.no_sandbox and sandbox_available()
     if not sandbox:

@@ -24,6 +24,7 @@ from .layouts import named_like_assignment
 from .roster import Roster
 
 NOT_ON_ROSTER = "add the student to the roster (or fix its lms_user_id), then run again"
+RENAME = "rename the file after its student (<student_id>_<name>.ipynb) or pass NAME_PATTERN="
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,8 @@ def search_names(reading: dict, parts: tuple[str, ...], roster: Roster) -> Ident
             return unknown(f"{text!r} holds a name shared by {', '.join(by_name)}: ambiguous")
     said = reading["why"] or "the name tells no student"
     if reading["student_id"]:
-        said += f" ({reading['student_id']!r}), not on the roster"
-    return unknown(f"{said}; {NOT_ON_ROSTER}")
+        return unknown(f"{said} ({reading['student_id']!r}), not on the roster; {NOT_ON_ROSTER}")
+    return unknown(f"{said}, and no roster student's id or name is in it; {RENAME}")
 
 
 def unknown(why: str) -> Identity:

@@ -169,6 +169,11 @@ class Intake:
             f"{len(self.submissions)} to grade, {len(self.unknown())} {UNKNOWN}, "
             f"{len(self.skipped) - len(self.unknown())} other files not graded"
         )
+        missing = [f"{r['student_id']} {r.get('name', '')}".strip() for r in self.missing()]
+        if missing:
+            lines.append(
+                f"no notebook from {len(missing)} roster student(s): " + ", ".join(missing)
+            )
         return "\n".join(lines)
 
 
