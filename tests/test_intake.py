@@ -33,6 +33,8 @@ student_id,name,lms_user_id,email
 2023006,Zhang San,123456,
 2023007,Wang Wu,12347,
 2023010,Chen Shi,,
+Wang Wu [final],,,
+a*b?,,,
 """
 
 
@@ -400,7 +402,7 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
     with open(report / "intake.csv", newline="", encoding="utf-8-sig") as handle:
         intake = {row["file"]: row for row in csv.DictReader(handle)}
     not_graded = {
-        "2023003.ipynb": "superseded by the newer 2023003 (1).ipynb",
+        "2023003.ipynb": "another notebook of 2023003: graded 2023003 (1).ipynb instead (the newest)",
         "._2023001.ipynb": "operating-system debris",
         "moodle.zip/__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": (
             "operating-system debris"
