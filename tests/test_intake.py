@@ -360,7 +360,18 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
             "__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": "x",
         },
     )
-    make_zip(export / "canvas.zip", {"lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb": correct})
+    # Canvas (lib/content_zipper.rb): one student's correct notebook and a blank draft, the same
+    # time in the zip; the draft's name sorts last, and must not be what is graded.
+    make_zip(
+        export / "canvas.zip",
+        {
+            "lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb": correct,
+            "lisi_LATE_123457_7890125_ch34_prefix_cache_draft.ipynb": untouched,
+        },
+    )
+    # Two different students' notebooks of one generic name: never merged, never graded as one.
+    write(export, "a/ch34 作业.ipynb", correct)
+    make_zip(export / "b.zip", {"ch34 作业.ipynb": untouched})
     blackboard = "Ch 34_2023010_attempt_2026-11-30-10-15-00"
     write(export, f"{blackboard}_ch34_prefix_cache.ipynb", correct)
     write(export, f"{blackboard}.txt", "Name: Chen Shi")
@@ -401,7 +412,17 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
         assert str(tmp_path) not in page
     with open(report / "intake.csv", newline="", encoding="utf-8-sig") as handle:
         intake = {row["file"]: row for row in csv.DictReader(handle)}
+    draft = "canvas.zip/lisi_LATE_123457_7890125_ch34_prefix_cache_draft.ipynb"
+    page = (report / "feedback" / "2023002.html").read_text(encoding="utf-8")
+    assert "canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb" in page and draft in page
+    assert {f: r["outcome"] for f, r in intake.items() if "ch34 作业" in f} == {
+        "a/ch34 作业.ipynb": "student unknown",
+        "b.zip/ch34 作业.ipynb": "student unknown",
+    }
     not_graded = {
+        draft: "another notebook of 2023002: graded "
+        "canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb instead "
+        "(the one named like the assignment's notebook)",
         "2023003.ipynb": "another notebook of 2023003: graded 2023003 (1).ipynb instead (the newest)",
         "._2023001.ipynb": "operating-system debris",
         "moodle.zip/__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": (
@@ -410,9 +431,20 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
         f"{blackboard}.txt": "Blackboard's submission receipt",
     }
     assert {f: r["why"] for f, r in intake.items() if r["outcome"] == "not graded"} == not_graded
+    assert intake["canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb"]["late"] == "yes"
     assert {r["file"] for r in intake.values() if r["outcome"] == "graded"} == {
         source for _, source in expected.values()
     }
     for source, why in not_graded.items():
         assert f"{source}: {why}" in run.stdout
     assert not any(p.name.startswith("ch34-intake-") for p in scratch.iterdir())
+    # Regraded into the same report without the roster, the Canvas file is read as Canvas's user
+    # 123457: what the previous run wrote for 2023002 from that file goes, and the run says so.
+    canvas_only = tmp_path / "canvas-only"
+    canvas_only.mkdir()
+    (canvas_only / "canvas.zip").write_bytes((export / "canvas.zip").read_bytes())
+    run, rows = autograde(canvas_only, report, fresh_build / "build" / "grading-course")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "2023002" not in rows and rows["123457"]["score"] == rows["123457"]["max_score"]
+    assert not (report / "feedback" / "2023002.html").exists()
+    assert "replacing what the previous run" in run.stderr and "2023002" in run.stderr

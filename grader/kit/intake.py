@@ -24,8 +24,6 @@ damaged student file.
 from __future__ import annotations
 
 import csv
-import logging
-import re
 import shutil
 import tempfile
 import zipfile
@@ -33,20 +31,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 from nbgrader.utils import parse_utc
 
 from . import layouts
+from .collector import ExportCollector, IntakeError
 from .identify import choose, identify
 from .roster import Roster, RosterError
 from .unpack import extract, walk
 
 UNKNOWN = "student unknown"
 NOT_GRADED = "not graded"
-
-
-class IntakeError(Exception):
-    """The input cannot be read as a whole; the message says what to fix."""
 
 
 @dataclass
@@ -237,69 +231,6 @@ class Sink:
 
     def count(self) -> int:
         return len(self.found)
-
-
-class ExportCollector(FileNameCollectorPlugin):
-    """nbgrader's file-name collector, taught the LMS layouts of `layouts.py`.
-
-    `read(parts, source, gradescope)` returns `layouts.read_name`'s dict for the notebook at
-    `parts`: a user's `named_regexp` is tried first, through nbgrader's own `_match`.
-    """
-
-    def __init__(self, pattern: str | None = None, **kwargs):
-        quiet = logging.getLogger("ch34.intake")
-        quiet.addHandler(logging.NullHandler())
-        quiet.propagate = False
-        super().__init__(log=quiet, named_regexp=pattern or "", **kwargs)
-        if pattern:
-            try:
-                groups = re.compile(pattern).groupindex
-            except re.error as error:
-                raise IntakeError(
-                    f"NAME_PATTERN {pattern!r} is not a valid regular expression: {error}"
-                ) from None
-            if "student_id" not in groups:
-                raise IntakeError(
-                    f"NAME_PATTERN {pattern!r} has no (?P<student_id>...) group: add one around "
-                    "the part of the file name that holds the student's id"
-                )
-
-    def is_notebook(self, parts: tuple[str, ...]) -> bool:
-        return any(parts[-1].lower().endswith(ext.lower()) for ext in self.valid_ext)
-
-    def collect(self, submitted_file: str) -> dict | None:
-        """The reading of one path inside the export, or None for a file that is no notebook."""
-        parts = tuple(submitted_file.split("/"))
-        return self.read(parts, submitted_file) if self.is_notebook(parts) else None
-
-    def read(self, parts: tuple[str, ...], source: str, gradescope=None) -> dict:
-        name = parts[-1]
-        if self.named_regexp:
-            found = self._match(name) or self._match("/".join(parts))
-            if found and found.get("student_id"):
-                return {
-                    **layouts.blank(found.get("file_id") or name),
-                    **layouts.by_id(found["student_id"], "NAME_PATTERN", "NAME_PATTERN"),
-                    "timestamp": found.get("timestamp"),
-                    "late": bool(found.get("late")),
-                }
-        for prefix, submissions in (gradescope or {}).items():
-            head = source[len(prefix) :].split("/")[0] if source.startswith(prefix) else ""
-            if head.startswith("submission_"):
-                return gradescope_reading(name, head, submissions)
-        return layouts.read_name(parts)
-
-
-def gradescope_reading(name: str, folder: str, submissions: dict) -> dict:
-    """The reading of a notebook in Gradescope's `submission_<id>/` folder."""
-    sids, when = submissions.get(folder, ([], None))
-    reading = {**layouts.blank(name), "layout": "Gradescope", "timestamp": when}
-    if len(sids) == 1 and sids[0]:
-        return {**reading, **layouts.by_id(sids[0], "Gradescope", "submission_metadata.yml :sid:")}
-    if len(sids) > 1:
-        why = f"Gradescope's group submission {folder} of {', '.join(sids)}"
-        return {**reading, "student_id": folder, "keyed": "team", "why": why}
-    return {**reading, "why": f"{folder} has no :sid: in Gradescope's submission_metadata.yml"}
 
 
 def assign(sink: Sink, collector: ExportCollector, roster: Roster | None, intake: Intake) -> None:
