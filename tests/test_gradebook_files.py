@@ -160,8 +160,8 @@ def test_a_feedback_page_shows_the_final_numbers_beside_the_graded_and_names_the
         "lisi", nbformat.v4.new_notebook(), scores, overrides=overrides, final=final, files=files
     )
     text = re.sub(r"\s+", " ", page_text(page))
-    assert f"lisi：4（自动评分 0） / {fmt(COUNTED)}" in text
-    assert "4（自动评分 0） / 10" in text
+    assert f"lisi：4 / {fmt(COUNTED)}（自动评分 0）" in text
+    assert "4 / 10（自动评分 0）" in text
     assert (
         "评分的文件： b/ch34_prefix_cache.ipynb" in text
         and "没有评分的文件： b/draft.ipynb" in text

@@ -126,8 +126,10 @@ def render(
     counted = [part for part in PARTS if part.counted]
     total = sum(s for g, (s, _) in scores.items() if part_counts(g, counted))
     maximum = sum(p for g, (_, p) in scores.items() if part_counts(g, counted))
-    shown = adjusted((final or {}).get("score"), total)
-    parts = [f"<h1>{esc(student_id)}：{shown} / {maximum:g}</h1>"]
+    score = (final or {}).get("score")
+    parts = [
+        f"<h1>{esc(student_id)}：{shown(score, total)} / {maximum:g}{beside(score, total)}</h1>"
+    ]
     if status != "graded":
         what, todo = STATUS_TEXT.get(status, STATUS_TEXT["grader_error"])
         parts.append(f"<p class='note fail'>{esc(what)}{esc(todo)}（状态：{esc(status)}）</p>")
@@ -167,11 +169,16 @@ def failure_page(
     return page(f"{student_id}: {status}", "\n".join(p for p in parts if p))
 
 
-def adjusted(final, graded: float) -> str:
-    """`graded`, or the teacher's `final` value with the as-graded one beside it."""
+def shown(final, graded: float) -> str:
+    """The number a student reads: the teacher's `final` value where there is one."""
+    return f"{graded:g}" if final in (None, "") else f"{float(final):g}"
+
+
+def beside(final, graded: float) -> str:
+    """The as-graded number, put beside a `final` value that differs from it; else ''."""
     if final in (None, "") or float(final) == graded:
-        return f"{graded:g}"
-    return f"{float(final):g}（自动评分 {graded:g}）"
+        return ""
+    return f"（自动评分 {graded:g}）"
 
 
 def files_section(files) -> str:
@@ -207,14 +214,15 @@ def verdict(scores: dict, messages: dict, final: dict | None = None) -> str:
         points = sum(p for checks in todos.values() for _, _, p in checks)
         title = part.title if part else "其他评分单元格"
         note = "" if part is None or part.counted else "（不计入总分）"
-        shown = adjusted(final.get(part.key) if part else None, earned)
-        css = "pass" if shown == f"{points:g}" else "fail"
+        value = final.get(part.key) if part else None
+        css = "pass" if shown(value, earned) == f"{points:g}" else "fail"
         rows = "".join(
             todo_row(todo, checks, messages, final.get(f"todo{todo}"))
             for todo, checks in sorted(todos.items(), key=lambda t: (t[0] is None, t[0] or 0))
         )
         html_parts.append(
-            f"<h2>{esc(title)}：<span class={css}>{shown} / {points:g}</span>{note}</h2>"
+            f"<h2>{esc(title)}：<span class={css}>{shown(value, earned)} / {points:g}</span>"
+            f"{beside(value, earned)}{note}</h2>"
             f"<table class=todos><tr><th>TODO</th><th>得分</th><th>结果</th></tr>{rows}</table>"
         )
     return "\n".join(html_parts)
@@ -235,8 +243,8 @@ def todo_row(todo, checks: list, messages: dict, final=None) -> str:
         result = f"<ul class=checks>{items}</ul>"
     label = f"TODO {todo}" if todo is not None else esc(checks[0][0])
     css = "pass" if not failed else "fail"
-    shown = adjusted(final, earned)
-    return f"<tr><td>{label}</td><td class={css}>{shown} / {points:g}</td><td>{result}</td></tr>"
+    points_text = f"{shown(final, earned)} / {points:g}{beside(final, earned)}"
+    return f"<tr><td>{label}</td><td class={css}>{points_text}</td><td>{result}</td></tr>"
 
 
 def failure_messages(nb) -> dict:

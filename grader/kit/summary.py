@@ -42,6 +42,8 @@ def write_summary(
     ]
     for warning in warnings:
         parts.append(f'<div class="warning">{esc(warning)}</div>')
+    if intake is not None:  # what this run did not grade comes before how the graded did
+        parts.append(intake_sections(intake, rows))
     parts.append("<h2>分数分布 / scores (graded submissions)</h2>")
     parts.append(histogram_svg([num(row.get("score")) for row in graded], num(maximum)))
     parts.append("<h2>各 TODO 通过率 / pass rate per TODO</h2>")
@@ -67,8 +69,6 @@ def write_summary(
         )
     else:
         parts.append("<p>无 / none.</p>")
-    if intake is not None:
-        parts.append(intake_sections(intake, rows))
     path.write_text(page("\n".join(parts)), encoding="utf-8")
 
 
