@@ -326,3 +326,17 @@ def test_no_two_students_are_ever_merged(tmp_path_factory, people, with_roster):
                 assert s.student_id == owner[s.source]
         ids = [s.student_id for s in intake.submissions]
         assert len(ids) == len(set(ids))
+
+
+def test_a_text_only_submission_is_tied_to_its_student_and_not_graded(tmp_path):
+    # Moodle: the online text plugin's folder (downloader.php, type 'onlinetext'); Canvas:
+    # add_text_or_url() names a text entry "<get_filename()>_text.html".
+    moodle = moodle_prefix("Wang Wu", 12347) + "_assignsubmission_onlinetext/onlinetext.html"
+    canvas = re.sub(r"_1_x$", "", canvas_file("li, si", 123457, 1, "x")) + "_text.html"
+    assert canvas == "lisi_123457_text.html"
+    write(tmp_path, moodle, "<p>见附件</p>")
+    write(tmp_path, canvas, "<p>hi</p>")
+    with discover(tmp_path) as intake:
+        owners = {s.source: (s.student_id, s.why) for s in intake.skipped}
+    assert owners[moodle][0] == "12347" and "nothing to grade" in owners[moodle][1]
+    assert owners[canvas][0] == "123457" and owners[canvas][1].startswith("not a notebook (.html)")

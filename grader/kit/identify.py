@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+
+from nbgrader.utils import parse_utc
 
 from .layouts import named_like_assignment
 from .roster import Roster
@@ -127,3 +130,17 @@ def newness(copy: tuple[dict, str, float]) -> tuple:
     """(export time stamp, file time, copy number): the later, the newer."""
     reading, _, mtime = copy
     return (reading.get("when") or datetime.min, round(mtime), reading.get("copy", 0))
+
+
+def when_of(reading: dict, path: Path) -> tuple[datetime | None, str]:
+    """The export's time of the notebook (naive UTC), and a note when it could not be read."""
+    when = reading["timestamp"]
+    stamp = path.parent / "timestamp.txt"
+    if reading["layout"].startswith("nbgrader") and stamp.is_file():
+        when = stamp.read_text(encoding="utf-8", errors="replace").strip()
+    if isinstance(when, str):
+        try:
+            return parse_utc(when).replace(tzinfo=None), ""
+        except (ValueError, OverflowError):
+            return None, f"timestamp {when!r} unread"
+    return when, ""

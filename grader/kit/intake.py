@@ -28,14 +28,11 @@ import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-
-from nbgrader.utils import parse_utc
 
 from . import layouts
 from .collector import ExportCollector, IntakeError
-from .identify import choose, identify
+from .identify import choose, identify, when_of
 from .roster import Roster, RosterError
 from .unpack import extract, walk
 
@@ -208,6 +205,15 @@ def discover(path, roster=None, pattern: str | None = None) -> Intake:
             raise IntakeError(f"{path} is neither a folder, a .zip nor a .ipynb file")
         intake.skipped += sink.skipped
         assign(sink, collector, table, intake)
+        for skipped, parts in sink.named:  # a text-only submission is still its student's
+            if not skipped.why.startswith("not a notebook"):
+                continue
+            if (reading := layouts.owner(parts)) and (who := identify(reading, parts, table)):
+                skipped.student_id = who.student_id or ""
+                if who.student_id:
+                    skipped.why += (
+                        f": {reading['layout']} file of {who.student_id}, nothing to grade"
+                    )
     except BaseException:
         intake.close()
         raise
@@ -222,12 +228,15 @@ class Sink:
     found: list = field(default_factory=list)  # (path, source, parts)
     skipped: list = field(default_factory=list)
     gradescope: dict = field(default_factory=dict)  # export prefix -> gradescope_ids()
+    named: list = field(default_factory=list)  # (Skipped, parts) of files that are no notebook
 
     def notebook(self, path: Path, source: str, parts: tuple[str, ...]) -> None:
         self.found.append((path, source, parts))
 
-    def skip(self, source: str, why: str, debris: bool = False) -> None:
+    def skip(self, source: str, why: str, debris: bool = False, parts=None) -> None:
         self.skipped.append(Skipped(source, why, debris=debris))
+        if parts is not None and not debris:
+            self.named.append((self.skipped[-1], parts))
 
     def count(self) -> int:
         return len(self.found)
@@ -284,17 +293,3 @@ def keep_one(student_id: str, copies: list, intake: Intake) -> None:
     for s in others:
         why = f"another notebook of {student_id}: graded {chosen.source} instead ({rule})"
         intake.skipped.append(Skipped(s.source, why, student_id, late=s.late))
-
-
-def when_of(reading: dict, path: Path) -> tuple[datetime | None, str]:
-    """The export's time of the notebook (naive UTC), and a note when it could not be read."""
-    when = reading["timestamp"]
-    stamp = path.parent / "timestamp.txt"
-    if reading["layout"].startswith("nbgrader") and stamp.is_file():
-        when = stamp.read_text(encoding="utf-8", errors="replace").strip()
-    if isinstance(when, str):
-        try:
-            return parse_utc(when).replace(tzinfo=None), ""
-        except (ValueError, OverflowError):
-            return None, f"timestamp {when!r} unread"
-    return when, ""

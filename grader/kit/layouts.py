@@ -48,6 +48,7 @@ MOODLE_DEFAULT_GROUP = re.compile(r"^(?P<name>[^_]+)_assignsubmission_[a-z]+(?:_
 MOODLE_BLIND = {"participant", "参与者", "teilnehmer/in"}
 CANVAS_ANON = re.compile(r"^(?P<late>LATE_)?anon_(?P<anon>[A-Za-z0-9]+)_(?P<att>\d+)_(?P<file>.+)$")
 CANVAS_TAIL = re.compile(r"(?P<late>_LATE)?_(?P<uid>\d+)_(?P<att>\d+)_(?P<file>.+)$")
+CANVAS_TEXT = re.compile(r"^(?P<name>\w+?)(?P<late>_LATE)?_(?P<uid>\d+)_(?:text|link)$")
 CANVAS_RENAMED = re.compile(r"-(?P<n>\d+)$")  # Canvas's own renaming of a second upload
 BLACKBOARD = re.compile(
     r"^(?P<head>.+)_attempt_(?P<ts>\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d)(?:_(?P<file>.+))?$"
@@ -90,6 +91,22 @@ def read_name(parts: tuple[str, ...]) -> dict:
         why = "the file is named like the assignment's notebook, not after a student"
         return {**result, "layout": "plain", "why": why}
     return {**result, **by_id(base, "plain", "the file's name")}
+
+
+def owner(parts: tuple[str, ...]) -> dict | None:
+    """For a file that is no notebook: what its LMS name says of its student, or None.
+
+    Canvas names a text entry "<name>[_LATE]_<user id>_text.html" (content_zipper.rb,
+    add_text_or_url); Moodle an online text "<prefix>_assignsubmission_onlinetext/…".
+    """
+    stem = parts[-1].rsplit(".", 1)[0]
+    if found := CANVAS_TEXT.match(stem):
+        said = {"student_id": found["uid"], "layout": "Canvas", "keyed": "lms"}
+        return {**blank(parts[-1]), **said, "names": (found["name"],), "why": "Canvas text entry"}
+    for depth, name in enumerate((stem, *reversed(parts[:-1]))):
+        if found := lms_name(name, is_folder=depth > 0):
+            return {**blank(parts[-1]), **found}
+    return None
 
 
 def blank(file_id: str, **extra) -> dict:

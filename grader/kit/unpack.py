@@ -1,8 +1,8 @@
 """Walk an export (a folder, zips inside it at most three deep) and sort its files.
 
 `walk(folder, sink, collect)` calls `sink.notebook(path, source, parts)` for every notebook
-(`collect(parts)` says whether a name is one) and `sink.skip(source, why, debris)` for every
-other file, with why. The export is never modified: zips are extracted below `sink.scratch`,
+(`collect(parts)` says whether a name is one) and `sink.skip(source, why, debris[, parts])` for
+every other file, with why (`parts` for a file an LMS may have named after its student). The export is never modified: zips are extracted below `sink.scratch`,
 keeping their files' times; a name that climbs out of its folder is cut back. A zip made on a
 Chinese Windows stores GBK names without saying so; they are read as such.
 
@@ -51,7 +51,7 @@ def walk(folder: Path, sink, collect, parts=(), prefix="", depth=0) -> None:
         elif collect(here):
             sink.notebook(entry, source, here)
         else:
-            sink.skip(source, *other_file(entry))
+            sink.skip(source, *other_file(entry), parts=here)
 
 
 def other_file(entry: Path) -> tuple[str, bool]:
