@@ -16,11 +16,15 @@ course, the report, the repository or another submission; a kernel that dies, ha
 floods becomes a row with its status, never a crash and never a stale grade.
 
 Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submission.
+With --intake-only (`make intake`) it prints who would be graded, under which id, from which
+file and why, writes REPORT/intake.csv and grades nothing; exit status 4 when no file could be
+tied to a known student. A grading run prints the same table first.
 
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
 not in this batch; REPORT/overrides.csv applied), REPORT/feedback/<student_id>.html (hidden
 tests never shown), REPORT/intake.csv (every input file: graded, or why not),
-REPORT/summary.html, REPORT/canvas.csv and moodle.csv (`lms.py`), and the nbgrader course
+REPORT/summary.html, REPORT/canvas.csv and moodle.csv, and for a Moodle export Moodle's offline
+grading worksheet (`lms.py`), and the nbgrader course
 REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
 
 A grader fault never becomes a student's grade. Before the batch, the kernel's interpreter is
