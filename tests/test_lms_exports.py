@@ -340,3 +340,12 @@ def test_a_text_only_submission_is_tied_to_its_student_and_not_graded(tmp_path):
         owners = {s.source: (s.student_id, s.why) for s in intake.skipped}
     assert owners[moodle][0] == "12347" and "nothing to grade" in owners[moodle][1]
     assert owners[canvas][0] == "123457" and owners[canvas][1].startswith("not a notebook (.html)")
+
+
+def test_an_lms_number_in_a_folder_name_is_never_read_as_a_student_id(tmp_path):
+    # Student 12347's roster line has no lms_user_id, and the Moodle name is not on the roster:
+    # participant 12347 is someone the roster cannot tell, not student 12347.
+    write(tmp_path / "export", moodle_path(moodle_prefix("Nobody Known", 12347), NOTEBOOK))
+    people = roster(tmp_path, "student_id,name\n12347,Someone Else\n")
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert intake.submissions == [] and len(intake.unknown()) == 1

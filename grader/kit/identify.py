@@ -87,6 +87,8 @@ def search_names(reading: dict, parts: tuple[str, ...], roster: Roster) -> Ident
     stem = parts[-1][: -len(".ipynb")]
     for text in (stem, *reversed(parts[:-1])):
         by_id, by_name = roster.search(text)
+        # The LMS's own number in the name is never another student's id.
+        by_id = [sid for sid in by_id if sid != reading["lms_number"]]
         if len(by_id) == 1 and set(by_name) <= set(by_id):
             return Identity(by_id[0], f"student id {by_id[0]} in the name {text!r}")
         if len(by_id) > 1 or (by_id and by_name):
