@@ -39,13 +39,17 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from .names import copy_number, generic, named_like_assignment
 from .nbsource import ASSIGNMENT
+
+# copy_number and named_like_assignment are read from here too (tests, identify.py).
+__all__ = ["copy_number", "generic", "named_like_assignment", "owner", "read_name"]
 
 _NO_NAME = r"[^_]*"  # Moodle turns every `_` of a name into a space
 MOODLE_FOLDER = re.compile(rf"^(?P<name>{_NO_NAME})_(?P<n>\d+)_assignsubmission_[a-z]+_?$")
 MOODLE_FILE = re.compile(rf"^(?P<name>{_NO_NAME})_(?P<n>\d+)_assignsubmission_[a-z]+_(?P<file>.+)$")
 MOODLE_DEFAULT_GROUP = re.compile(r"^(?P<name>[^_]+)_assignsubmission_[a-z]+(?:_(?P<file>.*))?$")
-MOODLE_BLIND = {"participant", "参与者", "teilnehmer/in"}
+MOODLE_BLIND = frozenset({"participant", "参与者", "teilnehmer/in"})
 CANVAS_ANON = re.compile(r"^(?P<late>LATE_)?anon_(?P<anon>[A-Za-z0-9]+)_(?P<att>\d+)_(?P<file>.+)$")
 CANVAS_TAIL = re.compile(r"(?P<late>_LATE)?_(?P<uid>\d+)_(?P<att>\d+)_(?P<file>.+)$")
 CANVAS_TEXT = re.compile(r"^(?P<name>\w+?)(?P<late>_LATE)?_(?P<uid>\d+)_(?:text|link)$")
@@ -55,16 +59,6 @@ BLACKBOARD = re.compile(
 )
 BRIGHTSPACE = re.compile(r"^\d+-\d+ - (?P<name>.+?) - (?P<date>.+)$")
 EXCHANGE = re.compile(r"^(?P<sid>[^+]+)\+(?P<aid>[^+]+)\+(?P<ts>[^+]+)(?:\+[^+]*)?$")
-COPY_SUFFIX = re.compile(
-    r"^(?P<base>.+?)(?: ?\((?P<n>\d+)\)| - (?:Copy|副本)(?: \((?P<m>\d+)\))?)$"
-)
-# Words a notebook's own name is made of when it names no one (matched on `simplified` text).
-GENERIC = re.compile(
-    r"^(copyof)?((untitled|notebook|homework|assignment|作业|第\d+章|chapter\d+|ch\d+|lab|hw"
-    r"|submission|提交)\d*)*$"
-)
-# Folders a class shares (Google Drive's, Classroom's, a Form's uploads), never one student's.
-SHARED_FOLDER = re.compile(r"fileresponses|classroom|submissions|googledrive|提交|作业收集")
 
 
 def read_name(parts: tuple[str, ...]) -> dict:
@@ -280,37 +274,7 @@ def brightspace_time(text: str) -> datetime | None:
     return None
 
 
-def copy_number(stem: str) -> tuple[str, int]:
-    """("2023003", 1) for "2023003 (1)"; a " - Copy" counts as 1; no suffix is 0."""
-    found = COPY_SUFFIX.match(stem)
-    if not found:
-        return stem, 0
-    return found["base"], int(found["n"] or found["m"] or 1)
-
-
 def renamed(file_name: str) -> int:
     """Canvas's "-1" of a second upload of the same name (before the extension)."""
     found = CANVAS_RENAMED.search(file_name.rsplit(".", 1)[0])
     return int(found["n"]) if found else 0
-
-
-def simplified(text: str) -> str:
-    """Case, spaces and punctuation dropped: "Zhang San" and "zhangsan" compare equal."""
-    return "".join(ch for ch in text.casefold() if ch.isalnum())
-
-
-def named_like_assignment(file_name: str) -> bool:
-    """Whether a notebook's own name is the assignment's (a copy, a download suffix allowed)."""
-    stem = file_name[: -len(".ipynb")] if file_name.lower().endswith(".ipynb") else file_name
-    base = copy_number(CANVAS_RENAMED.sub("", stem))[0]
-    return simplified(base) in (simplified(ASSIGNMENT), "copyof" + simplified(ASSIGNMENT))
-
-
-def generic(stem: str) -> bool:
-    """A name that says nothing about a person: the assignment's notebook name, "Untitled", ..."""
-    base = simplified(copy_number(stem)[0])
-    return (
-        named_like_assignment(stem)
-        or bool(GENERIC.match(base) or SHARED_FOLDER.search(base))
-        or ASSIGNMENT in stem.lower()
-    )

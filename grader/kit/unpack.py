@@ -23,8 +23,8 @@ from pathlib import Path
 
 from .layouts import BLACKBOARD
 
-DEBRIS_DIRS = {"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".git"}
-DEBRIS_FILES = {".ds_store", "thumbs.db", "desktop.ini"}
+DEBRIS_DIRS = frozenset({"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".git"})
+DEBRIS_FILES = frozenset({".ds_store", "thumbs.db", "desktop.ini"})
 MAX_ZIP_DEPTH = 3
 GRADESCOPE_METADATA = "submission_metadata.yml"
 
