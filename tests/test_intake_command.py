@@ -87,6 +87,23 @@ def gradescope(export):
     return None, {"99": "no"}
 
 
+def blackboard(export):
+    write(export, "Ch 34 作业_li_wei5_attempt_2026-11-30-10-15-00_ch34_prefix_cache.ipynb")
+    write(export, "Ch 34 作业_li_wei5_attempt_2026-11-30-10-15-00.txt", "Name: Li Wei")
+    return "student_id,name\nli_wei5,Li Wei\n", {"li_wei5": "no"}
+
+
+def brightspace_with_roster(export):
+    write(export, f"148-2093 - Zhang San - Nov 30, 2026 1015 AM/{NOTEBOOK}")
+    return "student_id,name\n2023005,Zhang San\n", {"2023005": "no"}
+
+
+def plain_and_per_student(export):
+    write(export, "2023001.ipynb")
+    write(export, f"2023002/{NOTEBOOK}")
+    return None, {"2023001": "no", "2023002": "no"}
+
+
 @pytest.mark.parametrize(
     "build",
     [
@@ -98,6 +115,9 @@ def gradescope(export):
         chinese_class,
         exchange_inbound,
         gradescope,
+        blackboard,
+        brightspace_with_roster,
+        plain_and_per_student,
     ],
 )
 def test_make_intake_names_every_student_of_each_layout_and_grades_nothing(tmp_path, build):
