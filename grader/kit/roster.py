@@ -101,20 +101,6 @@ class Roster:
                 by_name.add(sid)
         return sorted(by_id), sorted(by_name)
 
-    def find(self, key: str, names=(), *, lms: bool = False) -> str | None:
-        """The student_id for `key` (an LMS's user number when `lms`), else for a name or login.
-
-        A name that two students share maps to no one.
-        """
-        hit = self.by_lms(key) if lms else (self.by_id(key) or self.by_lms(key))
-        if hit:
-            return hit
-        for token in (key, *names):
-            hits = set(self.by_name(token))
-            if len(hits) == 1:  # two students of one name: no guess
-                return hits.pop()
-        return None
-
 
 def person_keys(row: dict) -> set[str]:
     """The simplified forms a file name may give of a roster row's person."""
