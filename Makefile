@@ -11,7 +11,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export notebooks solutions examples autograde test test-fast bench compat lint clean distclean
+.PHONY: all setup sandbox export-tools export notebooks solutions examples intake autograde test test-fast bench compat lint clean distclean
 
 all: notebooks solutions examples
 
@@ -63,6 +63,13 @@ examples: $(STAMP) sandbox build/grading-course/gradebook.db
 	rm -rf build/examples build/examples-report
 	$(PY) -m grader.kit.submissions build/examples
 	$(PY) -m grader.kit.autograde build/examples --report build/examples-report --jobs $(JOBS)
+
+# Who would be graded, under which id, from which file and why (REPORT/intake.csv); grades nothing.
+# Exits non-zero when no file could be tied to a known student.
+intake: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make intake SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>]" >&2; exit 2; }
+	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --intake-only \
+	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 autograde: $(STAMP) sandbox build/grading-course/gradebook.db
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>]" >&2; exit 2; }

@@ -26,7 +26,10 @@ from grader.kit.submissions import PARTLY_WRONG_EDITS, filled_submission
 from tests.conftest import autograde, read_nb
 
 BOM = b"\xef\xbb\xbf"
-ROSTER = "student_id,name,lms_user_id,email\n张三,张三,4711,zhangsan@example.edu\nlisi,李四,4712,lisi@example.edu\n"
+ROSTER = (
+    "student_id,name,lms_user_id,email\n张三,张三,4711,zhangsan@example.edu\n"
+    "lisi,李四,4712,lisi@example.edu\nbroken,,,\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +59,10 @@ def batch(fresh_build, tmp_path_factory):
         "solutions": solutions,
         "root": root,
     }
+
+
+def fmt_points(value: float) -> str:
+    return f"{value:g}"
 
 
 def copy_report(batch, tmp_path):
@@ -163,6 +170,10 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     assert rows["张三"]["score"] == "125" and rows["张三"]["core"] == "100"
     page = (report / "feedback" / "lisi.html").read_text(encoding="utf-8")
     assert "老师的调整" in page and "人工复核：尾块问题只是打印格式" in page
+    # the page shows the final numbers, the graded ones beside them; so does the console
+    final, graded = lisi["score"], fmt_points(float(lisi_before["score"]))
+    assert f"lisi：{final} / {lisi['max_score']}（自动评分 {graded}）" in page
+    assert re.search(rf"lisi\s+{final}\s+{graded}\s+graded\s+overridden", run.stdout)
     assert page.index("老师的调整") < page.index("逐格结果"), "near the top"
     # the LMS files carry the overridden score
     canvas = list(csv.DictReader((report / "canvas.csv").open(encoding="utf-8-sig")))
@@ -184,8 +195,9 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
         ("nobody,score,1,x", "no student 'nobody'"),
         ("lisi,todo99,1,x", "'todo99' is not a column"),
         ("lisi,score,ten,x", "'ten' is not a number"),
+        ("lisi,score,9999,x", "value 9999 is outside 0.."),
     ],
-    ids=["unknown-student", "unknown-column", "not-a-number"],
+    ids=["unknown-student", "unknown-column", "not-a-number", "above-the-maximum"],
 )
 def test_a_bad_overrides_line_stops_before_grading_and_names_the_line(batch, tmp_path, line, says):
     report = copy_report(batch, tmp_path)
@@ -230,18 +242,12 @@ def test_canvas_and_moodle_files_follow_their_import_layouts_with_roster_ids(bat
     assert by_id["张三"] == ["张三", "4711", "张三", "", "", "130"]
     assert by_id["broken"][:2] == ["broken", ""] and by_id["broken"][5] == "0"
     moodle = list(csv.DictReader((batch["report"] / "moodle.csv").open(encoding="utf-8-sig")))
-    assert list(moodle[0]) == [
-        "ID number",
-        "Email address",
-        "User ID",
-        "Full name",
-        ASSIGNMENT,
-        "Feedback",
-    ]
+    # No "User ID": Moodle's `userid` is the site's user id, not the assignment's participant no.
+    assert list(moodle[0]) == ["ID number", "Email address", "Full name", ASSIGNMENT, "Feedback"]
     lisi = next(r for r in moodle if r["ID number"] == "lisi")
-    assert lisi["Email address"] == "lisi@example.edu" and lisi["User ID"] == "4712"
+    assert lisi["Email address"] == "lisi@example.edu" and lisi["Full name"] == "李四"
     assert lisi[ASSIGNMENT] == batch["rows"]["lisi"]["score"] and "不计入总分" in lisi["Feedback"]
-    assert "broken" in batch["run"].stderr.split("not in the roster")[-1]
+    assert "not in the roster" not in batch["run"].stderr
 
 
 def test_summary_shows_pass_rates_a_plot_and_ungradable_files_offline(batch, tmp_path):

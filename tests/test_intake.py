@@ -15,7 +15,8 @@ import nbformat
 import pytest
 
 from grader.kit.autograde import page_name
-from grader.kit.intake import ExportCollector, IntakeError, copy_number, discover
+from grader.kit.intake import ExportCollector, IntakeError, discover
+from grader.kit.layouts import copy_number
 from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from grader.kit.submissions import filled_submission
 from tests.conftest import autograde, read_nb
@@ -32,6 +33,8 @@ student_id,name,lms_user_id,email
 2023006,Zhang San,123456,
 2023007,Wang Wu,12347,
 2023010,Chen Shi,,
+Wang Wu [final],,,
+a*b?,,,
 """
 
 
@@ -62,7 +65,12 @@ def found(intake):
     [
         ("Wang Wu_12347_assignsubmission_file_/ch34_prefix_cache.ipynb", "12347", False, "Moodle"),
         ("Zhang San_12345_assignsubmission_file_ch34_prefix_cache.ipynb", "12345", False, "Moodle"),
-        ("Participant_88_assignsubmission_file_/x/ch34_prefix_cache.ipynb", "88", False, "Moodle"),
+        (
+            "Participant_88_assignsubmission_file_/x/ch34_prefix_cache.ipynb",
+            "Participant_88",
+            False,
+            "Moodle (blind marking)",
+        ),
         ("lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
         ("lisi_LATE_123457_7890124_work/ch34_prefix_cache.ipynb", "123457", True, "Canvas"),
         ("Wang Wu_12347_assignsubmission_file_/work/2023001.ipynb", "12347", False, "Moodle"),
@@ -140,10 +148,11 @@ def test_roster_maps_lms_numbers_names_and_logins_to_student_ids(tmp_path):
         "zhangsan_999_7890123_ch34_prefix_cache.ipynb": ("2023006", False),
         "周四.ipynb": ("2023004", False),
         "zhaoyi.ipynb": ("2023001", False),
-        "Unknown Person.ipynb": ("Unknown Person", False),
     }
-    assert skipped == {}
-    assert "not on the roster" in notes["Unknown Person"]
+    # With a roster, a file of no roster student is graded under no one: never a guess.
+    assert list(skipped) == ["Unknown Person.ipynb"]
+    assert "not on the roster" in skipped["Unknown Person.ipynb"]
+    assert all(note == "" for note in notes.values())
 
 
 def test_without_a_roster_lms_files_are_keyed_by_the_lms_number(tmp_path):
@@ -210,7 +219,9 @@ def test_newest_duplicate_is_graded_and_the_older_recorded(tmp_path):
             ["c/Ch 34_2023010_attempt_2026-11-30-10-15-00.ipynb"],
         ),
     }
-    assert skipped["a/2023003.ipynb"] == "superseded by the newer a/2023003 (1).ipynb"
+    assert skipped["a/2023003.ipynb"] == (
+        "another notebook of 2023003: graded a/2023003 (1).ipynb instead (the newest)"
+    )
 
 
 def test_zips_are_read_also_inside_a_folder_and_removed_afterwards(tmp_path):
@@ -321,8 +332,15 @@ def test_intake_csv_lists_every_file_with_its_outcome(tmp_path):
             "student_id": "",
             "outcome": "not graded",
             "why": "operating-system debris",
+            "late": "no",
         },
-        {"file": "2023001.ipynb", "student_id": "2023001", "outcome": "graded", "why": "plain"},
+        {
+            "file": "2023001.ipynb",
+            "student_id": "2023001",
+            "outcome": "graded",
+            "why": "id from the file's name",
+            "late": "no",
+        },
     ]
 
 
@@ -342,7 +360,18 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
             "__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": "x",
         },
     )
-    make_zip(export / "canvas.zip", {"lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb": correct})
+    # Canvas (lib/content_zipper.rb): one student's correct notebook and a blank draft, the same
+    # time in the zip; the draft's name sorts last, and must not be what is graded.
+    make_zip(
+        export / "canvas.zip",
+        {
+            "lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb": correct,
+            "lisi_LATE_123457_7890125_ch34_prefix_cache_draft.ipynb": untouched,
+        },
+    )
+    # Two different students' notebooks of one generic name: never merged, never graded as one.
+    write(export, "a/ch34 作业.ipynb", correct)
+    make_zip(export / "b.zip", {"ch34 作业.ipynb": untouched})
     blackboard = "Ch 34_2023010_attempt_2026-11-30-10-15-00"
     write(export, f"{blackboard}_ch34_prefix_cache.ipynb", correct)
     write(export, f"{blackboard}.txt", "Name: Chen Shi")
@@ -383,8 +412,18 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
         assert str(tmp_path) not in page
     with open(report / "intake.csv", newline="", encoding="utf-8-sig") as handle:
         intake = {row["file"]: row for row in csv.DictReader(handle)}
+    draft = "canvas.zip/lisi_LATE_123457_7890125_ch34_prefix_cache_draft.ipynb"
+    page = (report / "feedback" / "2023002.html").read_text(encoding="utf-8")
+    assert "canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb" in page and draft in page
+    assert {f: r["outcome"] for f, r in intake.items() if "ch34 作业" in f} == {
+        "a/ch34 作业.ipynb": "student unknown",
+        "b.zip/ch34 作业.ipynb": "student unknown",
+    }
     not_graded = {
-        "2023003.ipynb": "superseded by the newer 2023003 (1).ipynb",
+        draft: "another notebook of 2023002: graded "
+        "canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb instead "
+        "(the one named like the assignment's notebook)",
+        "2023003.ipynb": "another notebook of 2023003: graded 2023003 (1).ipynb instead (the newest)",
         "._2023001.ipynb": "operating-system debris",
         "moodle.zip/__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": (
             "operating-system debris"
@@ -392,9 +431,20 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
         f"{blackboard}.txt": "Blackboard's submission receipt",
     }
     assert {f: r["why"] for f, r in intake.items() if r["outcome"] == "not graded"} == not_graded
+    assert intake["canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb"]["late"] == "yes"
     assert {r["file"] for r in intake.values() if r["outcome"] == "graded"} == {
         source for _, source in expected.values()
     }
     for source, why in not_graded.items():
         assert f"{source}: {why}" in run.stdout
     assert not any(p.name.startswith("ch34-intake-") for p in scratch.iterdir())
+    # Regraded into the same report without the roster, the Canvas file is read as Canvas's user
+    # 123457: what the previous run wrote for 2023002 from that file goes, and the run says so.
+    canvas_only = tmp_path / "canvas-only"
+    canvas_only.mkdir()
+    (canvas_only / "canvas.zip").write_bytes((export / "canvas.zip").read_bytes())
+    run, rows = autograde(canvas_only, report, fresh_build / "build" / "grading-course")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "2023002" not in rows and rows["123457"]["score"] == rows["123457"]["max_score"]
+    assert not (report / "feedback" / "2023002.html").exists()
+    assert "replacing what the previous run" in run.stderr and "2023002" in run.stderr

@@ -16,11 +16,15 @@ course, the report, the repository or another submission; a kernel that dies, ha
 floods becomes a row with its status, never a crash and never a stale grade.
 
 Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submission.
+With --intake-only (`make intake`) it prints who would be graded, under which id, from which
+file and why, writes REPORT/intake.csv and grades nothing; exit status 4 when no file could be
+tied to a known student. A grading run prints the same table first.
 
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
 not in this batch; REPORT/overrides.csv applied), REPORT/feedback/<student_id>.html (hidden
 tests never shown), REPORT/intake.csv (every input file: graded, or why not),
-REPORT/summary.html, REPORT/canvas.csv and moodle.csv (`lms.py`), and the nbgrader course
+REPORT/summary.html, REPORT/canvas.csv and moodle.csv, and for a Moodle export Moodle's offline
+grading worksheet (`lms.py`), and the nbgrader course
 REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
 
 A grader fault never becomes a student's grade. Before the batch, the kernel's interpreter is
@@ -88,7 +92,8 @@ class Outcome:
     autograded: str = ""  # nbgrader's autograded notebook, while it is still in the working copy
     late: bool = False  # the export marks the submission late (Canvas's LATE, a NAME_PATTERN)
     source: str = ""  # the input file as named in the export
-    superseded: list = field(default_factory=list)  # older copies of this student's notebook
+    superseded: list = field(default_factory=list)  # the student's other notebooks, not graded
+    choice: str = ""  # with several notebooks: the rule that chose the one graded
 
 
 def grade_all(
@@ -105,6 +110,8 @@ def grade_all(
     stop_on_fault: bool = True,
     reference: Path | None = None,
     zygote: Zygote | None = None,
+    replaced=frozenset(),
+    intake=None,
 ) -> list[Outcome]:
     """Grade `submissions` (from `intake.discover`) into `report_dir`; one outcome each, by id.
 
@@ -122,6 +129,10 @@ def grade_all(
     while it runs have their progress lines held back until it has passed.
 
     `zygote` is a serving `Zygote` (kernels forked from it), None for kernels started afresh.
+
+    `replaced` are ids an earlier run into `report_dir` graded files of this export under, that
+    are now read under another id or none (`stale_ids`): their rows, pages and nbgrader
+    submissions go. `intake` (the `Intake`) adds its files and roster to summary.html.
     """
     course = course.resolve()
     if not (course / "gradebook.db").exists():
@@ -136,6 +147,7 @@ def grade_all(
         report_dir / "overrides.csv",
         set(previous) | {s.student_id for s in submissions},
         report.kit_columns(columns) + header,
+        report.column_maxima(columns),
     )
     people = lms.read_roster(roster)
     work_root = kernel_tempdir("ch34-grading-", below="/0000/runtime/kernel-99999")
@@ -173,6 +185,7 @@ def grade_all(
             return
         outcome.student_id, outcome.late = submission.student_id, submission.late
         outcome.source, outcome.superseded = submission.source, list(submission.superseded)
+        outcome.choice = submission.choice
         kept[outcome.student_id] = formgrader.read_autograded(outcome.autograded)
         pages[outcome.student_id] = finish(outcome, workdir, overrides.get(outcome.student_id, ()))
         outcomes.append(outcome)
@@ -242,19 +255,49 @@ def grade_all(
     for student_id, text in pages.items():
         (report_dir / "feedback" / page_name(student_id)).write_text(text, encoding="utf-8")
         formgrader.keep_notebook(report_dir, student_id, kept[student_id])
-    rows = report.write_grades(report_dir / "grades.csv", outcomes, columns, overrides)
-    write_reports(report_dir, outcomes, rows, columns, overrides, people, progress)
+    for student_id in replaced:
+        (report_dir / "feedback" / page_name(student_id)).unlink(missing_ok=True)
+        formgrader.keep_notebook(report_dir, student_id, None)
+    rows = report.write_grades(
+        report_dir / "grades.csv", outcomes, columns, overrides, drop=replaced
+    )
+    gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
+    write_reports(report_dir, outcomes, rows, columns, overrides, people, progress, gone, intake)
     return outcomes
 
 
-def write_reports(report_dir: Path, outcomes, rows, columns, overrides, people, progress) -> None:
-    """After grades.csv: the class summary, the LMS files and the nbgrader course's gradebook."""
+def stale_ids(intake, report_dir: Path) -> dict[str, str]:
+    """{id an earlier run graded a file of this export under: what that file is now}.
+
+    A file is matched by its path in the export (grades.csv's `source`); an id graded again in
+    this batch is not stale.
+    """
+    now = {s.source: f"graded as {s.student_id}" for s in intake.submissions}
+    now |= {s.source: f"{s.outcome} ({s.why})" for s in intake.skipped}
+    ids = {s.student_id for s in intake.submissions}
+    _, previous = report.read_grades(report_dir / "grades.csv")
+    return {
+        student_id: f"{row['source']}: {now[row['source']]}"
+        for student_id, row in previous.items()
+        if row.get("source") in now and student_id not in ids
+    }
+
+
+def write_reports(
+    report_dir: Path, outcomes, rows, columns, overrides, people, progress, gone=(), intake=None
+) -> None:
+    """After grades.csv: the class summary, the LMS files and the nbgrader course's gradebook.
+
+    `gone` are Outcomes of replaced ids (no reviewable notebook): their nbgrader submissions go.
+    """
     warning = report.max_score_warning(rows)
     report.warn(warning, progress)
-    summary.write_summary(report_dir / "summary.html", rows, columns, [warning] if warning else [])
+    summary.write_summary(
+        report_dir / "summary.html", rows, columns, [warning] if warning else [], intake=intake
+    )
     for line in lms.write_lms_files(report_dir, rows, people):
         print(line, file=progress)
-    held = formgrader.record(report_dir, outcomes, overrides)
+    held = formgrader.record(report_dir, [*outcomes, *gone], overrides)
     print(
         f"nbgrader course {formgrader.course_dir(report_dir)}: {held} graded submissions "
         "(`nbgrader formgrader` / `nbgrader export` there)",
@@ -353,7 +396,16 @@ def explain_failure(log: str, limits: Limits) -> tuple[str, str]:
 
 
 def finish(outcome: Outcome, workdir: Path, overrides=()) -> str:
-    """The submission's feedback page (with the instructor's `overrides`); its working copy is removed."""
+    """The submission's feedback page (with the instructor's `overrides`); its working copy is removed.
+
+    The page shows the final numbers (after `overrides`) beside the graded ones, and names the
+    file graded and the student's files that were not.
+    """
+    final = None
+    if overrides:  # the row grades.csv will hold, as `report.write_grades` computes it
+        columns = [(g, m) for g, (_, m) in outcome.scores.items()]
+        final = report.apply_overrides(report.outcome_row(outcome, columns), list(overrides))
+    files = (outcome.source, outcome.superseded, outcome.choice) if outcome.source else None
     if outcome.autograded and Path(outcome.autograded).exists():
         autograded = nbformat.read(outcome.autograded, as_version=4)
         text = feedback.render(
@@ -364,10 +416,18 @@ def finish(outcome: Outcome, workdir: Path, overrides=()) -> str:
             reason=outcome.reason,
             repairs=outcome.repairs,
             overrides=overrides,
+            final=final,
+            files=files,
         )
     else:
         text = feedback.failure_page(
-            outcome.student_id, outcome.status, outcome.reason, outcome.repairs, overrides=overrides
+            outcome.student_id,
+            outcome.status,
+            outcome.reason,
+            outcome.repairs,
+            overrides=overrides,
+            final=final,
+            files=files,
         )
     shutil.rmtree(workdir, ignore_errors=True)
     return text
@@ -503,6 +563,12 @@ def main(argv=None) -> int:
         "--memory-gb", type=float, default=Limits.memory_bytes / 2**30, help="kernel memory cap"
     )
     parser.add_argument(
+        "--intake-only",
+        action="store_true",
+        help="print who would be graded, under which id, from which file and why; write "
+        "REPORT/intake.csv; grade nothing (`make intake`)",
+    )
+    parser.add_argument(
         "--keep-going",
         action="store_true",
         help="grade every submission even when most fail the same way on the grader's side",
@@ -515,7 +581,27 @@ def main(argv=None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     with intake:
+        if args.intake_only:
+            return intake_only(intake, args)
         return grade_intake(intake, args, limits)
+
+
+def intake_only(intake, args) -> int:
+    """`make intake`: the intake table and REPORT/intake.csv; 4 when no file has a known student."""
+    print(intake.table())
+    for text in (intake.not_graded() if intake.skipped else "", intake.warnings()):
+        if text:
+            print(text)
+    intake.write_csv(args.report / "intake.csv")
+    print(f"wrote {args.report / 'intake.csv'}; nothing was graded")
+    if not intake.submissions:
+        print(
+            f"error: no file in {args.submissions} could be tied to a known student: see the "
+            "why of each file above (pass ROSTER=, NAME_PATTERN=, or rename the files)",
+            file=sys.stderr,
+        )
+        return 4
+    return 0
 
 
 def kernel_threads(jobs: int) -> int:
@@ -526,13 +612,15 @@ def kernel_threads(jobs: int) -> int:
 def grade_intake(intake, args, limits: Limits) -> int:
     """Grade what `discover` found; print the table and the "not graded" list."""
     submissions = intake.submissions
+    print(intake.table(), file=sys.stderr)
     if intake.skipped:
         print(intake.not_graded(), file=sys.stderr)
     if intake.warnings():
         print(intake.warnings(), file=sys.stderr)
     if not submissions:
         intake.write_csv(args.report / "intake.csv")
-        print(f"error: no .ipynb files in {args.submissions}", file=sys.stderr)
+        what = "could be tied to a known student" if intake.unknown() else "is a notebook"
+        print(f"error: no file in {args.submissions} {what}", file=sys.stderr)
         return 2
     sandbox = not args.no_sandbox and sandbox_available()
     if not sandbox:
@@ -584,6 +672,14 @@ def grade_sandboxed(intake, args, limits, sandbox, cgroup_bases, zygote) -> int:
             file=sys.stderr,
         )
         return 3
+    stale = stale_ids(intake, args.report)
+    if stale:
+        print(
+            f"replacing what the previous run into {args.report} wrote for {len(stale)} id(s) "
+            "whose files are now read otherwise (their rows, feedback pages and nbgrader "
+            "submissions go):\n" + "\n".join(f"  {sid}: {now}" for sid, now in stale.items()),
+            file=sys.stderr,
+        )
     try:
         with tempfile.TemporaryDirectory(prefix="ch34-preflight-") as scratch:
             outcomes = grade_all(
@@ -598,11 +694,13 @@ def grade_sandboxed(intake, args, limits, sandbox, cgroup_bases, zygote) -> int:
                 roster=args.roster,
                 reference=write_reference(args.course, Path(scratch)),
                 zygote=zygote if zygote is not None and zygote.serving else None,
+                replaced=frozenset(stale),
+                intake=intake,
             )
     except GraderFault as fault:
         print(f"error: {fault}", file=sys.stderr)
         return 3
-    print(report.summary_table(outcomes))
+    print(report.summary_table(outcomes, report.read_grades(args.report / "grades.csv")[1]))
     intake.write_csv(args.report / "intake.csv", {o.student_id: o.status for o in outcomes})
     if intake.skipped:
         print(intake.not_graded())

@@ -112,22 +112,30 @@ def render(
     reason: str = "",
     repairs=(),
     overrides=(),
+    final: dict | None = None,
+    files: tuple[str, list[str], str] | None = None,
 ) -> str:
     """The feedback page. `scores` maps grade_id to (score, max_score); `nb` is the autograded notebook.
 
     `reason` is the instructor's (English) and is not shown; the student reads `STATUS_TEXT`.
-    `overrides` are the teacher's adjustments: dicts with `column`, `value` and `note`.
+    `overrides` are the teacher's adjustments: dicts with `column`, `value` and `note`; `final`
+    is the grades.csv row after them (score, parts, TODOs), shown with the as-graded numbers
+    beside. `files` is (the file graded, the student's files not graded, the rule that chose).
     """
     messages = failure_messages(nb)
     counted = [part for part in PARTS if part.counted]
     total = sum(s for g, (s, _) in scores.items() if part_counts(g, counted))
     maximum = sum(p for g, (_, p) in scores.items() if part_counts(g, counted))
-    parts = [f"<h1>{esc(student_id)}：{total:g} / {maximum:g}</h1>"]
+    score = (final or {}).get("score")
+    parts = [
+        f"<h1>{esc(student_id)}：{shown(score, total)} / {maximum:g}{beside(score, total)}</h1>"
+    ]
     if status != "graded":
         what, todo = STATUS_TEXT.get(status, STATUS_TEXT["grader_error"])
         parts.append(f"<p class='note fail'>{esc(what)}{esc(todo)}（状态：{esc(status)}）</p>")
+    parts.append(files_section(files))
     parts.append(overrides_section(overrides))
-    parts.append(verdict(scores, messages))
+    parts.append(verdict(scores, messages, final or {}))
     parts.append(repairs_section(repairs))
     cells = "\n".join(code_cell(cell, scores) for cell in nb.cells if cell.cell_type == "code")
     parts.append(
@@ -136,25 +144,62 @@ def render(
     return page(student_id, "\n".join(p for p in parts if p))
 
 
-def failure_page(student_id: str, status: str, reason: str, repairs=(), overrides=()) -> str:
+def failure_page(
+    student_id: str, status: str, reason: str, repairs=(), overrides=(), final=None, files=None
+) -> str:
     """The page for a submission nbgrader could not grade: what happened and what to do, in Chinese.
 
-    `reason` is the instructor's (English, may hold machine paths) and is not shown.
+    `reason` is the instructor's (English, may hold machine paths) and is not shown; `final`
+    and `files` as for `render`.
     """
     what, todo = STATUS_TEXT.get(status, STATUS_TEXT["grader_error"])
+    score = (final or {}).get("score")
+    counted = "在重新评分之前，这次提交记 0 分。"
+    if score not in (None, "", "0"):
+        counted = f"老师调整后的得分：{esc(score)}（自动评分 0）。"
     parts = [
         f"<h1>{esc(student_id)}：未能自动评分</h1>",
         f"<p class='note'>{esc(what)}</p>",
         f"<p><b>怎么办：</b>{esc(todo)}</p>",
-        f"<p>状态：<code>{esc(status)}</code>。在重新评分之前，这次提交记 0 分。</p>",
+        f"<p>状态：<code>{esc(status)}</code>。{counted}</p>",
+        files_section(files),
         overrides_section(overrides),
         repairs_section(repairs),
     ]
     return page(f"{student_id}: {status}", "\n".join(p for p in parts if p))
 
 
-def verdict(scores: dict, messages: dict) -> str:
-    """Per part: its subtotal, then one row per TODO with its points and its failed checks."""
+def shown(final, graded: float) -> str:
+    """The number a student reads: the teacher's `final` value where there is one."""
+    return f"{graded:g}" if final in (None, "") else f"{float(final):g}"
+
+
+def beside(final, graded: float) -> str:
+    """The as-graded number, put beside a `final` value that differs from it; else ''."""
+    if final in (None, "") or float(final) == graded:
+        return ""
+    return f"（自动评分 {graded:g}）"
+
+
+def files_section(files) -> str:
+    """Which of the student's files was graded, and which were not (and by what rule)."""
+    if not files:
+        return ""
+    graded, others, rule = files
+    text = f"<p>评分的文件：<code>{esc(graded)}</code>"
+    if others:
+        names = "、".join(f"<code>{esc(o)}</code>" for o in others)
+        why = "评分的是与作业 notebook 同名的那个" if "named like" in rule else "评分的是最新的那个"
+        text += f"。<b>没有评分的文件：</b>{names}（你交了不止一个 notebook，{why}）"
+    return text + "</p>"
+
+
+def verdict(scores: dict, messages: dict, final: dict | None = None) -> str:
+    """Per part: its subtotal, then one row per TODO with its points and its failed checks.
+
+    `final` holds the teacher's adjusted subtotals (grades.csv's row), shown beside the graded.
+    """
+    final = final or {}
     groups: dict = {}
     for grade_id, score in scores.items():
         part = part_of(grade_id)
@@ -169,19 +214,21 @@ def verdict(scores: dict, messages: dict) -> str:
         points = sum(p for checks in todos.values() for _, _, p in checks)
         title = part.title if part else "其他评分单元格"
         note = "" if part is None or part.counted else "（不计入总分）"
-        css = "pass" if earned == points else "fail"
+        value = final.get(part.key) if part else None
+        css = "pass" if shown(value, earned) == f"{points:g}" else "fail"
         rows = "".join(
-            todo_row(todo, checks, messages)
+            todo_row(todo, checks, messages, final.get(f"todo{todo}"))
             for todo, checks in sorted(todos.items(), key=lambda t: (t[0] is None, t[0] or 0))
         )
         html_parts.append(
-            f"<h2>{esc(title)}：<span class={css}>{earned:g} / {points:g}</span>{note}</h2>"
+            f"<h2>{esc(title)}：<span class={css}>{shown(value, earned)} / {points:g}</span>"
+            f"{beside(value, earned)}{note}</h2>"
             f"<table class=todos><tr><th>TODO</th><th>得分</th><th>结果</th></tr>{rows}</table>"
         )
     return "\n".join(html_parts)
 
 
-def todo_row(todo, checks: list, messages: dict) -> str:
+def todo_row(todo, checks: list, messages: dict, final=None) -> str:
     earned = sum(s for _, s, _ in checks)
     points = sum(p for _, _, p in checks)
     failed = [(grade_id, s, p) for grade_id, s, p in checks if s < p]
@@ -196,7 +243,8 @@ def todo_row(todo, checks: list, messages: dict) -> str:
         result = f"<ul class=checks>{items}</ul>"
     label = f"TODO {todo}" if todo is not None else esc(checks[0][0])
     css = "pass" if not failed else "fail"
-    return f"<tr><td>{label}</td><td class={css}>{earned:g} / {points:g}</td><td>{result}</td></tr>"
+    points_text = f"{shown(final, earned)} / {points:g}{beside(final, earned)}"
+    return f"<tr><td>{label}</td><td class={css}>{points_text}</td><td>{result}</td></tr>"
 
 
 def failure_messages(nb) -> dict:

@@ -142,12 +142,26 @@ def recompute(row: dict, changed: set[str]) -> set[str]:
     return done
 
 
-def read_overrides(path: Path, students, columns: list[str]) -> dict[str, list[dict]]:
+def column_maxima(columns: list[tuple[str, float]]) -> dict[str, float]:
+    """The most points each computed column can hold: score, every part, TODO and grade cell."""
+    return (
+        {"score": max_score(columns)}
+        | dict(part_columns(columns))
+        | dict(todo_columns(columns))
+        | dict(columns)
+    )
+
+
+def read_overrides(
+    path: Path, students, columns: list[str], maxima: dict[str, float] | None = None
+) -> dict[str, list[dict]]:
     """overrides.csv as {student_id: [{column, value, note, line}]}; {} when there is none.
 
-    `students` are the ids that may be overridden, `columns` the columns that may be set.
+    `students` are the ids that may be overridden, `columns` the columns that may be set,
+    `maxima` the points a column can hold (`column_maxima`; a column added by hand has none).
     Raises BadOverrides (a SystemExit) naming the line of anything that cannot be applied.
     """
+    maxima = maxima or {}
     if not path.exists():
         return {}
     students, allowed = set(students), set(columns) - {"student_id", "max_score", "status"}
@@ -186,6 +200,12 @@ def read_overrides(path: Path, students, columns: list[str]) -> dict[str, list[d
                 number = math.nan
             if not math.isfinite(number):
                 raise BadOverrides(f"{where}: value {value!r} is not a number; nothing was graded")
+            top = maxima.get(column)
+            if top is not None and not 0 <= number <= top:
+                raise BadOverrides(
+                    f"{where}: value {value} is outside 0..{fmt(top)}, the points {column} can "
+                    "hold; fix the value (nothing was graded)"
+                )
             if (student, column) in seen:
                 raise BadOverrides(
                     f"{where}: {student} {column} is already overridden on line "
@@ -249,12 +269,17 @@ def open_csv(path: Path) -> io.StringIO:
 
 
 def write_grades(
-    path: Path, outcomes, columns: list[tuple[str, float]], overrides: dict | None = None
+    path: Path,
+    outcomes,
+    columns: list[tuple[str, float]],
+    overrides: dict | None = None,
+    drop=(),
 ) -> list[dict]:
     """Write grades.csv; return its rows. Students not in `outcomes` keep their rows.
 
     A student graded again always gets the new row, failures included: no stale score survives.
     Columns added by hand keep their place and values; `overrides` are applied to every row.
+    The rows of the students in `drop` (an earlier run's ids of files now read otherwise) go.
     """
     header, old_rows = read_grades(path)
     raw_path = path.with_name(AS_GRADED)
@@ -262,6 +287,8 @@ def write_grades(
         graded = json.loads(raw_path.read_text(encoding="utf-8"))
     else:  # a grades.csv from before this file: its rows are the best record of what was graded
         graded = {s: {k: v for k, v in r.items() if is_kit_column(k)} for s, r in old_rows.items()}
+    for student_id in drop:
+        graded.pop(student_id, None)
     for outcome in outcomes:
         graded[outcome.student_id] = outcome_row(outcome, columns)
     names = merged_header(kit_columns(columns), header)
@@ -333,15 +360,26 @@ def warn(text: str, stream=None) -> None:
         print("!" * 78 + "\n" + text + "\n" + "!" * 78, file=stream, flush=True)
 
 
-def summary_table(outcomes) -> str:
-    """A fixed-width table for the terminal: who scored what, who failed and why, who was repaired."""
-    lines = [f"{'student_id':<24} {'score':>7} {'status':<14} notes", "-" * 78]
+def summary_table(outcomes, rows: dict | None = None) -> str:
+    """A fixed-width table for the terminal: who scored what, who failed and why, who was repaired.
+
+    `rows` are grades.csv's rows by student (overrides applied): `score` is the final number,
+    `graded` what the grader gave, where an override changed it.
+    """
+    rows = rows or {}
+    lines = [f"{'student_id':<24} {'score':>7} {'graded':>7} {'status':<14} notes", "-" * 78]
     for outcome in outcomes:
         score = counted_score(outcome.scores)
+        final = rows.get(outcome.student_id, {}).get("score", fmt(score))
+        graded = fmt(score) if final != fmt(score) else ""
         notes = outcome.reason or ""
         if outcome.repairs:
             notes = (notes + "; " if notes else "") + repairs_summary(outcome.repairs)
-        lines.append(f"{outcome.student_id:<24} {fmt(score):>7} {outcome.status:<14} {notes[:120]}")
+        if graded:
+            notes = ("overridden; " + notes) if notes else "overridden (overrides.csv)"
+        lines.append(
+            f"{outcome.student_id:<24} {final:>7} {graded:>7} {outcome.status:<14} {notes[:120]}"
+        )
     counts = {}
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1

@@ -11,6 +11,7 @@ and `email` are optional. Read as Excel saves it: UTF-8 (with or without a BOM) 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,31 +60,58 @@ class Roster:
                 seen[value] = line
         return cls(rows)
 
-    def find(self, key: str, names=(), *, lms: bool = False) -> str | None:
-        """The student_id for `key` (an LMS's user number when `lms`), else for a name or login.
+    def by_lms(self, number: str) -> str | None:
+        """The student whose `lms_user_id` is `number`, or None."""
+        return next(
+            (r["student_id"] for r in self.rows if number and r.get("lms_user_id") == number), None
+        )
 
-        A name that two students share maps to no one.
+    def by_id(self, key: str) -> str | None:
+        """The student whose `student_id` is `key`, or None."""
+        return next((r["student_id"] for r in self.rows if r["student_id"] == key), None)
+
+    def by_name(self, token: str) -> list[str]:
+        """Every student whose name, email or email's local part is `token` (simplified)."""
+        wanted = simplified(token)
+        if not wanted:
+            return []
+        return [row["student_id"] for row in self.rows if wanted in person_keys(row)]
+
+    def search(self, text: str) -> tuple[list[str], list[str]]:
+        """(students whose id, students whose name, occurs in `text`), each sorted.
+
+        An id counts where no other letter or digit of the Latin alphabet touches it
+        (`2025001_张三`, `李四-2025002`, `2025003王小明`); a Chinese name counts anywhere in the
+        text, a Latin name as whole words (`Zhang San`, `zhang_san`, `ZhangSan`).
         """
-        for column in ("lms_user_id",) if lms else ("student_id", "lms_user_id"):
-            hits = [row["student_id"] for row in self.rows if row.get(column) == key]
-            if hits:
-                return hits[0]
-        for token in (key, *names):
-            wanted = simplified(token)
-            hits = {
-                row["student_id"]
-                for row in self.rows
-                if wanted
-                and wanted
-                in (
-                    simplified(row.get("name", "")),
-                    simplified(row.get("email", "")),
-                    simplified(row.get("email", "").split("@")[0]),
-                )
-            }
-            if len(hits) == 1:  # two students of one name: no guess
-                return hits.pop()
-        return None
+        by_id, by_name = set(), set()
+        words = re.split(r"[^0-9A-Za-z]+", text.casefold())
+        squashed = simplified(text)
+        for row in self.rows:
+            sid = row["student_id"]
+            if re.search(rf"(?<![0-9A-Za-z]){re.escape(sid)}(?![0-9A-Za-z])", text):
+                by_id.add(sid)
+            name = row.get("name", "")
+            if not simplified(name):
+                continue
+            if not name.isascii():
+                if simplified(name) in squashed:
+                    by_name.add(sid)
+            elif simplified(name) in words or _words_in(name, words):
+                by_name.add(sid)
+        return sorted(by_id), sorted(by_name)
+
+
+def person_keys(row: dict) -> set[str]:
+    """The simplified forms a file name may give of a roster row's person."""
+    email = row.get("email", "")
+    return {simplified(k) for k in (row.get("name", ""), email, email.split("@")[0]) if k} - {""}
+
+
+def _words_in(name: str, words: list[str]) -> bool:
+    """Whether the words of the Latin `name` come one after another among `words`."""
+    parts = [w for w in re.split(r"[^0-9a-z]+", name.casefold()) if w]
+    return any(words[at : at + len(parts)] == parts for at in range(len(words)))
 
 
 def simplified(text: str) -> str:

@@ -19,24 +19,31 @@ body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; m
 table { border-collapse: collapse; margin: .5em 0 1.5em; } td, th { border: 1px solid #ccc; padding: .2em .6em; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .bar { display: inline-block; height: .8em; background: #1a7f37; vertical-align: middle; }
-.bar.low { background: #cf222e; } .warning { border: 2px solid #cf222e; background: #fff1f0; padding: .6em 1em; white-space: pre-wrap; }
+.bar.low { background: #cf222e; } pre.notes { white-space: pre-wrap; background: #f6f8fa; padding: .6em; } .warning { border: 2px solid #cf222e; background: #fff1f0; padding: .6em 1em; white-space: pre-wrap; }
 """
 
 
 def write_summary(
-    path: Path, rows: list[dict], columns: list[tuple[str, float]], warnings=()
+    path: Path, rows: list[dict], columns: list[tuple[str, float]], warnings=(), intake=None
 ) -> None:
-    """Write the class view of `rows` (grades.csv) to `path`; `columns` are (grade_id, points)."""
+    """Write the class view of `rows` (grades.csv) to `path`; `columns` are (grade_id, points).
+
+    `intake` (this run's `Intake`, or None) adds the files not graded by reason, the roster's
+    students with no submission and the roster notes.
+    """
     graded = [row for row in rows if row.get("status") == "graded"]
     ungradable = Counter(row.get("status", "") for row in rows if row.get("status") != "graded")
     maximum = next((row.get("max_score") for row in rows), "")
+    late = sum(1 for row in rows if row.get("late") == "yes")
     parts = [
         f"<h1>ch34 班级概览 / class summary</h1><p>{len(rows)} 名学生；{len(graded)} 份正常评分；"
-        f"{sum(ungradable.values())} 份未能评分。满分 {esc(maximum)}"
+        f"{sum(ungradable.values())} 份未能评分；{late} 份迟交 / late。满分 {esc(maximum)}"
         f"（{esc('、'.join(p.title for p in PARTS if not p.counted))} 另计）。</p>"
     ]
     for warning in warnings:
         parts.append(f'<div class="warning">{esc(warning)}</div>')
+    if intake is not None:  # what this run did not grade comes before how the graded did
+        parts.append(intake_sections(intake, rows))
     parts.append("<h2>分数分布 / scores (graded submissions)</h2>")
     parts.append(histogram_svg([num(row.get("score")) for row in graded], num(maximum)))
     parts.append("<h2>各 TODO 通过率 / pass rate per TODO</h2>")
@@ -63,6 +70,47 @@ def write_summary(
     else:
         parts.append("<p>无 / none.</p>")
     path.write_text(page("\n".join(parts)), encoding="utf-8")
+
+
+def intake_sections(intake, rows: list[dict]) -> str:
+    """This run's files not graded (by reason), the roster's students with none, the notes."""
+    by_reason: dict[str, list[str]] = {}
+    for skipped in intake.skipped:
+        by_reason.setdefault(reason_of(skipped), []).append(skipped.source)
+    parts = ["<h2>未评分的文件 / files not graded, by reason</h2>"]
+    if by_reason:
+        lines = "".join(
+            f"<tr><td>{esc(reason)}</td><td class=n>{len(files)}</td>"
+            f"<td>{esc('; '.join(files[:12]) + (' ...' if len(files) > 12 else ''))}</td></tr>"
+            for reason, files in sorted(by_reason.items(), key=lambda item: -len(item[1]))
+        )
+        parts.append(f"<table><tr><th>reason</th><th>files</th><th>which</th></tr>{lines}</table>")
+    else:
+        parts.append("<p>无 / none.</p>")
+    graded = {row["student_id"] for row in rows}
+    missing = [r for r in intake.missing() if r["student_id"] not in graded]
+    if intake.roster is not None:
+        parts.append(
+            f"<h2>名单上没有提交的学生 / roster students with no submission: {len(missing)}</h2>"
+        )
+        names = [f"{r['student_id']} {r.get('name', '')}".strip() for r in missing]
+        parts.append(f"<p>{esc('、'.join(names)) or '无 / none.'}</p>")
+    notes = intake.warnings()
+    if notes:
+        parts.append("<h2>名单与文件的备注 / roster and file notes</h2>")
+        parts.append(f'<pre class="notes">{esc(notes.removeprefix("note:").strip())}</pre>')
+    return "\n".join(parts)
+
+
+def reason_of(skipped) -> str:
+    """The reason a file was not graded, without its file-specific details."""
+    if skipped.outcome != "not graded":
+        return skipped.outcome  # "student unknown"
+    if skipped.debris:
+        return "operating-system debris or bookkeeping"
+    if skipped.why.startswith("another notebook of"):
+        return "another notebook of a graded student"
+    return skipped.why.split(" (")[0].split(": ")[0]
 
 
 def pass_table(rows: list[dict], items) -> str:

@@ -1,0 +1,148 @@
+"""Tie each notebook to one student, never two students to one id, and pick one notebook each.
+
+`identify(reading, parts, roster)` turns what `layouts.read_name` read into an `Identity`:
+the student_id (None: the student cannot be told, and the file is not graded), how it was found,
+and a note for the instructor (an ambiguity, a team whose members are unknown). It never
+guesses: without a roster an id is what the export's layout names; with one, only a roster
+student is an id (by the LMS's number, the student id, a name or email the name carries, or a
+student id or name found inside the file or folder names: 学号_姓名, 姓名-学号, 学号姓名, ...),
+and a name two students share, or a file that names two students, ties the file to no one.
+
+`choose(copies)` picks the notebook to grade among one student's: the one named like the
+assignment's notebook, otherwise the newest (the export's time stamp, else the file's time, else
+the later copy: "x (1)" is made after "x"); the order of names never decides. When nothing
+tells them apart, none is graded. Two files are ever compared only when both belong to one
+recognised student: a duplicate is never a guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from nbgrader.utils import parse_utc
+
+from .layouts import named_like_assignment
+from .roster import Roster
+
+NOT_ON_ROSTER = "add the student to the roster (or fix its lms_user_id), then run again"
+RENAME = "rename the file after its student (<student_id>_<name>.ipynb) or pass NAME_PATTERN="
+
+
+@dataclass(frozen=True)
+class Identity:
+    student_id: str | None  # None: the student cannot be told
+    why: str  # how the id was found, or why it could not be
+    note: str = ""  # what the instructor should check
+
+
+def identify(reading: dict, parts: tuple[str, ...], roster: Roster | None) -> Identity:
+    """Whose notebook the file at `parts` is, from its `reading` and the roster (or None)."""
+    keyed, why = reading["keyed"], reading["why"]
+    if keyed in ("anonymous", "team"):  # the export hides the person: its own id is the key
+        note = "the team's members are not in the export" if keyed == "team" else ""
+        return Identity(reading["student_id"], why, note)
+    if roster is None:
+        return without_roster(reading)
+    if keyed == "lms":
+        for number in reading["candidates"] or (reading["student_id"],):
+            if hit := roster.by_lms(number):
+                return Identity(hit, f"{why} → roster lms_user_id")
+    if keyed == "id":
+        hits = {c: roster.by_id(c) for c in reading["candidates"] or (reading["student_id"],)}
+        found = {hit for hit in hits.values() if hit}
+        if len(found) == 1:
+            return Identity(found.pop(), f"{why} → roster student_id")
+        if len(found) > 1:
+            return unknown(
+                f"{why}: it reads as several roster students ({', '.join(sorted(found))})"
+            )
+    spoken = (*reading["names"], *([reading["student_id"]] if keyed == "id" else []))
+    for name in spoken:
+        hits = roster.by_name(name)
+        if len(hits) == 1:
+            return Identity(hits[0], f"{why} → roster name {name!r}")
+        if len(hits) > 1:
+            return unknown(f"the name {name!r} is shared by {', '.join(hits)}: ambiguous")
+    return search_names(reading, parts, roster)
+
+
+def without_roster(reading: dict) -> Identity:
+    if reading["student_id"] is None:
+        hint = "pass ROSTER=roster.csv (with names) or NAME_PATTERN=... to tell the student"
+        return unknown(f"{reading['why'] or 'the name tells no student'}; {hint}")
+    note = ""
+    if len(reading["candidates"]) > 1:
+        others = ", ".join(repr(c) for c in reading["candidates"][1:3])
+        note = (
+            f"the name can also be read as {others}: pass ROSTER=roster.csv to confirm "
+            f"{reading['student_id']!r}"
+        )
+    return Identity(reading["student_id"], reading["why"], note)
+
+
+def search_names(reading: dict, parts: tuple[str, ...], roster: Roster) -> Identity:
+    """A roster student's id or name inside the file's or its folders' names, innermost first."""
+    stem = parts[-1][: -len(".ipynb")]
+    for text in (stem, *reversed(parts[:-1])):
+        by_id, by_name = roster.search(text)
+        # The LMS's own number in the name is never another student's id.
+        by_id = [sid for sid in by_id if sid != reading["lms_number"]]
+        if len(by_id) == 1 and set(by_name) <= set(by_id):
+            return Identity(by_id[0], f"student id {by_id[0]} in the name {text!r}")
+        if len(by_id) > 1 or (by_id and by_name):
+            found = ", ".join(sorted(set(by_id) | set(by_name)))
+            return unknown(f"{text!r} names more than one roster student ({found})")
+        if len(by_name) == 1:
+            return Identity(by_name[0], f"the roster name of {by_name[0]} in {text!r}")
+        if len(by_name) > 1:
+            return unknown(f"{text!r} holds a name shared by {', '.join(by_name)}: ambiguous")
+    said = reading["why"] or "the name tells no student"
+    if reading["student_id"]:
+        return unknown(f"{said} ({reading['student_id']!r}), not on the roster; {NOT_ON_ROSTER}")
+    return unknown(f"{said}, and no roster student's id or name is in it; {RENAME}")
+
+
+def unknown(why: str) -> Identity:
+    return Identity(None, why)
+
+
+def choose(copies: list[tuple[dict, str, float]]) -> tuple[int | None, str]:
+    """(index of the notebook to grade, the rule that chose it) among one student's copies.
+
+    Each copy is (reading, source, mtime). None when nothing tells the copies apart.
+    """
+    named = [i for i, (reading, _, _) in enumerate(copies) if named_like(reading)]
+    if len(named) == 1:
+        return named[0], "the one named like the assignment's notebook"
+    pool = named or list(range(len(copies)))
+    ranked = sorted(pool, key=lambda i: newness(copies[i]), reverse=True)
+    if len(ranked) > 1 and newness(copies[ranked[0]]) == newness(copies[ranked[1]]):
+        return None, "the same time and none named like the assignment's notebook"
+    rule = "the newest" + (" of those named like the assignment's notebook" if named else "")
+    return ranked[0], rule
+
+
+def named_like(reading: dict) -> bool:
+    return named_like_assignment(reading["file_id"])
+
+
+def newness(copy: tuple[dict, str, float]) -> tuple:
+    """(export time stamp, file time, copy number): the later, the newer."""
+    reading, _, mtime = copy
+    return (reading.get("when") or datetime.min, round(mtime), reading.get("copy", 0))
+
+
+def when_of(reading: dict, path: Path) -> tuple[datetime | None, str]:
+    """The export's time of the notebook (naive UTC), and a note when it could not be read."""
+    when = reading["timestamp"]
+    stamp = path.parent / "timestamp.txt"
+    if reading["layout"].startswith("nbgrader") and stamp.is_file():
+        when = stamp.read_text(encoding="utf-8", errors="replace").strip()
+    if isinstance(when, str):
+        try:
+            return parse_utc(when).replace(tzinfo=None), ""
+        except (ValueError, OverflowError):
+            return None, f"timestamp {when!r} unread"
+    return when, ""

@@ -1,0 +1,351 @@
+"""Today's LMS exports, built the way each LMS's own code names them, read without a kernel.
+
+Every fixture below names its files with a function that follows the LMS's source:
+  Moodle 4.x   mod/assign/classes/downloader.php (get_student_prefix, load_submissionplugin_filelist)
+  Canvas       lib/content_zipper.rb (get_filename, sanitize_user_name, sanitize_file_name,
+               add_upload_submission)
+  nbgrader     nbgrader/exchange/default/submit.py (inbound/<student>+<assignment>+<timestamp>+
+               <random>/ with timestamp.txt)
+Blackboard's, Brightspace's and Gradescope's naming follow their downloads as nbgrader's
+documentation and the LMSs' help pages show them.
+"""
+
+import os
+import re
+import zipfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from grader.kit.intake import discover
+
+NB = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+NOTEBOOK = "ch34_prefix_cache.ipynb"
+
+
+def write(folder, relative, text=NB, mtime=None):
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
+def moodle_prefix(fullname: str, number: int, *, blind=False) -> str:
+    """downloader.php get_student_prefix(): the name ('Participant' when blind), `_` made spaces."""
+    name = "Participant" if blind else fullname
+    return name.replace("_", " ") + f"_{number}"
+
+
+def moodle_team_prefix(group: str | None, group_id: int | None = None) -> str:
+    """get_student_prefix() for team submissions: "<group>_<id>", or "Default group"."""
+    if group is None:
+        return "Default group"
+    return group.replace("_", " ") + f"_{group_id}"
+
+
+def moodle_path(prefix: str, filename: str, *, folders=True) -> str:
+    """load_submissionplugin_filelist(): 4.1+ folders "<prefix>_assignsubmission_file/<file>"."""
+    if folders:
+        return f"{prefix}_assignsubmission_file/{filename}"
+    return f"{prefix}_assignsubmission_file_{filename}"
+
+
+def canvas_file(sortable: str, user_id, attachment_id, display: str, *, late=False, anon=None):
+    """content_zipper.rb: get_filename() + "_<attachment id>_<display name>"."""
+    if anon is None:
+        name = re.sub(r"_(\d+)_", r"\1", sortable)  # sanitize_user_name
+        name = re.sub(r"^(\d+)$", r"\1", name).lower()
+        parts = [name, "LATE" if late else None, str(user_id)]
+    else:
+        parts = ["LATE" if late else None, f"anon_{anon}"]
+    filename = re.sub(r"[^\w]", "", "_".join(p for p in parts if p))  # sanitize_file_name
+    display = re.sub(r'[\x00/\\:*?"<>|]+', "_", display)  # sanitize_attachment_filename
+    return f"{filename}_{attachment_id}_{display}"
+
+
+def roster(tmp_path, text):
+    return write(tmp_path, "roster.csv", text)
+
+
+def graded(intake):
+    return {s.source: s.student_id for s in intake.submissions}
+
+
+def unknown(intake):
+    return {s.source: s.why for s in intake.unknown()}
+
+
+def test_moodle_41_folders_and_flat_files_are_read_under_the_participant_number(tmp_path):
+    export = tmp_path / "export"
+    write(export, moodle_path(moodle_prefix("Wang Wu", 12347), NOTEBOOK))
+    write(export, moodle_path(moodle_prefix("li_wei", 12350), NOTEBOOK, folders=False))
+    with discover(export) as intake:
+        assert graded(intake) == {
+            "Wang Wu_12347_assignsubmission_file/ch34_prefix_cache.ipynb": "12347",
+            "li wei_12350_assignsubmission_file_ch34_prefix_cache.ipynb": "12350",
+        }
+        assert "keyed by the LMS's user number" in intake.warnings()
+    people = roster(tmp_path, "student_id,name,lms_user_id\n2023007,Wang Wu,12347\n")
+    with discover(export, roster=people) as intake:
+        assert graded(intake) == {
+            "Wang Wu_12347_assignsubmission_file/ch34_prefix_cache.ipynb": "2023007"
+        }
+        # li wei is on no roster line: no id Moodle's importer would reject, no guess.
+        assert (
+            "not on the roster"
+            in unknown(intake)["li wei_12350_assignsubmission_file_ch34_prefix_cache.ipynb"]
+        )
+
+
+def test_moodle_blind_marking_grades_each_participant_under_its_number(tmp_path):
+    write(tmp_path, moodle_path(moodle_prefix("Wang Wu", 88, blind=True), NOTEBOOK))
+    write(tmp_path, moodle_path(moodle_prefix("Li Si", 89, blind=True), "work/" + NOTEBOOK))
+    with discover(tmp_path) as intake:
+        assert sorted(graded(intake).values()) == ["Participant_88", "Participant_89"]
+        assert {s.layout for s in intake.submissions} == {"Moodle (blind marking)"}
+
+
+def test_moodle_team_submissions_are_graded_per_group_and_say_the_members_are_unknown(tmp_path):
+    write(tmp_path, moodle_path(moodle_team_prefix("Team_A", 5), NOTEBOOK))
+    write(tmp_path, moodle_path(moodle_team_prefix(None), NOTEBOOK))
+    with discover(tmp_path) as intake:
+        assert sorted(graded(intake).values()) == ["Default group", "group_5"]
+        assert all("members are not in the export" in s.note for s in intake.submissions)
+        assert "members are not in the export" in intake.table()
+
+
+def test_canvas_anonymous_grading_is_read_and_late_carried(tmp_path):
+    write(tmp_path, canvas_file("", None, 9001, NOTEBOOK, anon="aB3xY"))
+    write(tmp_path, canvas_file("", None, 9002, NOTEBOOK, anon="Qz9k1", late=True))
+    with discover(tmp_path) as intake:
+        got = {s.student_id: s.late for s in intake.submissions}
+    assert got == {"anon_aB3xY": False, "anon_Qz9k1": True}
+
+
+def test_canvas_names_holding_underscores_are_confirmed_with_the_roster(tmp_path):
+    # "wei_5" keeps its `_5` (only `_<digits>_` is collapsed): the first split reads user 5.
+    name = canvas_file("wei_5", 123, 456, NOTEBOOK)
+    plain = canvas_file("li_wei, zhang", 124, 457, NOTEBOOK, late=True)
+    assert name == "wei_5_123_456_ch34_prefix_cache.ipynb"
+    write(tmp_path / "export", name)
+    write(tmp_path / "export", plain)
+    with discover(tmp_path / "export") as intake:
+        assert graded(intake)[plain] == "124" and intake.submissions[0].late is True
+        assert "can also be read as '123'" in intake.warnings()
+    people = roster(tmp_path, "student_id,name,lms_user_id\n2023001,Wei Wu,123\n2023002,L,124\n")
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert graded(intake) == {name: "2023001", plain: "2023002"}
+
+
+def test_blackboard_user_names_holding_underscores(tmp_path):
+    name = "Ch 34 作业_li_wei5_attempt_2026-11-30-10-15-00_ch34_prefix_cache.ipynb"
+    own = "ch34_prefix_cache_li_wei6_attempt_2026-11-30-10-15-00.ipynb"  # the assignment's name
+    write(tmp_path / "export", name)
+    write(tmp_path / "export", own)
+    with discover(tmp_path / "export") as intake:
+        assert graded(intake) == {name: "wei5", own: "li_wei6"}
+        assert "can also be read as 'li_wei5'" in intake.warnings()
+    people = roster(tmp_path, "student_id,name\nli_wei5,Li Wei\nli_wei6,Li Wei Six\n")
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert graded(intake) == {name: "li_wei5", own: "li_wei6"}
+
+
+def test_brightspace_folders_are_read_by_name_with_a_roster_and_refused_without(tmp_path):
+    folder = "148-2093 - Zhang San - Nov 30, 2026 1015 AM"
+    write(tmp_path / "export", f"{folder}/{NOTEBOOK}")
+    with discover(tmp_path / "export") as intake:
+        assert graded(intake) == {}
+        assert (
+            "Brightspace names the student only by display name"
+            in unknown(intake)[f"{folder}/{NOTEBOOK}"]
+        )
+    people = roster(tmp_path, "student_id,name\n2023005,Zhang San\n")
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert graded(intake) == {f"{folder}/{NOTEBOOK}": "2023005"}
+
+
+def test_gradescope_exports_are_read_by_the_submitters_sid(tmp_path):
+    export = tmp_path / "export"
+    write(
+        export,
+        "submission_metadata.yml",
+        ":submission_101:\n  :submitters:\n  - :name: Zhang San\n    :sid: '2023005'\n"
+        "  :created_at: 2026-11-30 10:15:00.000000000 -08:00\n"
+        "submission_102:\n  :submitters:\n  - :name: A\n    :sid: '1'\n  - :name: B\n"
+        "    :sid: '2'\n",
+    )
+    write(export, f"submission_101/{NOTEBOOK}")
+    write(export, f"submission_102/{NOTEBOOK}")
+    write(export, f"submission_103/{NOTEBOOK}")
+    with discover(export) as intake:
+        assert graded(intake) == {
+            f"submission_101/{NOTEBOOK}": "2023005",
+            f"submission_102/{NOTEBOOK}": "submission_102",
+        }
+        assert "no :sid:" in unknown(intake)[f"submission_103/{NOTEBOOK}"]
+        skipped = {s.source: s.why for s in intake.skipped}
+    assert skipped["submission_metadata.yml"] == "Gradescope's list of submitters (read)"
+
+
+def test_nbgrader_exchange_inbound_grades_the_newest_by_timestamp_txt(tmp_path):
+    inbound = tmp_path / "exchange" / "ch34" / "inbound"
+    older = "2023001+ch34_prefix_cache+2026-11-30 10:15:00.000000 UTC+abc"
+    newer = "2023001+ch34_prefix_cache+2026-12-01 08:00:00.000000 UTC+def"
+    # The folder's own time says the opposite: timestamp.txt decides.
+    write(inbound, f"{newer}/{NOTEBOOK}", mtime=1_700_000_000)
+    write(inbound, f"{newer}/timestamp.txt", "2026-12-01 08:00:00.000000 UTC")
+    write(inbound, f"{older}/{NOTEBOOK}", mtime=1_800_000_000)
+    write(inbound, f"{older}/timestamp.txt", "2026-11-30 10:15:00.000000 UTC")
+    with discover(tmp_path / "exchange") as intake:
+        assert [s.source.split("/")[2] for s in intake.submissions] == [newer]
+        whys = {s.source: s.why for s in intake.skipped}
+    stamps = [why for source, why in whys.items() if source.endswith("timestamp.txt")]
+    assert len(stamps) == 2 and not any("not a notebook" in why for why in stamps)
+
+
+CLASS = """\
+student_id,name
+2025001,张三
+2025002,李四
+2025003,王小明
+2025004,王芳
+2025005,王芳
+"""
+
+
+def test_a_chinese_classs_named_files_are_tied_to_the_roster(tmp_path):
+    export = tmp_path / "export"
+    for name in (
+        "2025001_张三_第34章作业.ipynb",
+        "李四-2025002-ch34.ipynb",
+        "2025003王小明.ipynb",
+        "王芳.ipynb",  # two students are called 王芳
+        "2025001_李四.ipynb",  # names two students
+    ):
+        write(export, name)
+    with discover(export, roster=roster(tmp_path, CLASS)) as intake:
+        assert graded(intake) == {
+            "2025001_张三_第34章作业.ipynb": "2025001",
+            "李四-2025002-ch34.ipynb": "2025002",
+            "2025003王小明.ipynb": "2025003",
+        }
+        whys = unknown(intake)
+    assert "shared by 2025004, 2025005" in whys["王芳.ipynb"]
+    assert "more than one roster student" in whys["2025001_李四.ipynb"]
+
+
+def test_two_notebooks_from_one_student_grade_the_one_named_like_the_assignment(tmp_path):
+    same = 1_780_000_000
+    good = canvas_file("li, si", 123457, 1, "ch34_prefix_cache.ipynb")
+    draft = canvas_file("li, si", 123457, 2, "ch34_prefix_cache_draft.ipynb")
+    write(tmp_path, good, mtime=same)
+    write(tmp_path, draft, mtime=same)  # sorts last: name order must not decide
+    with discover(tmp_path) as intake:
+        [chosen] = intake.submissions
+        assert chosen.source == good and chosen.superseded == [draft]
+        assert "named like the assignment's notebook" in chosen.choice
+        rows = {row[0]: row for row in intake.rows()}
+        assert "named like the assignment" in intake.warnings()
+    assert "another notebook of 123457" in rows[draft][3] and rows[draft][2] == "not graded"
+    assert draft in rows[good][3], "intake.csv names the files not graded"
+
+
+@pytest.mark.parametrize("newest", ["a_final.ipynb", "z_final.ipynb"])
+def test_two_notebooks_neither_named_like_the_assignment_grade_the_newest(tmp_path, newest):
+    sources = {}
+    for index, name in enumerate(("a_final.ipynb", "z_final.ipynb")):
+        sources[name] = canvas_file("li, si", 7, index, name)
+        write(tmp_path, sources[name], mtime=1_780_000_000 + (60 if name == newest else 0))
+    with discover(tmp_path) as intake:
+        [chosen] = intake.submissions
+    assert chosen.source == sources[newest] and "the newest" in chosen.choice
+
+
+def test_two_notebooks_of_one_student_at_the_same_time_are_neither_graded(tmp_path):
+    same = 1_780_000_000
+    write(tmp_path, canvas_file("li, si", 7, 1, "part1.ipynb"), mtime=same)
+    write(tmp_path, canvas_file("li, si", 7, 2, "part2.ipynb"), mtime=same)
+    with discover(tmp_path) as intake:
+        assert intake.submissions == []
+        assert all("none is graded" in s.why for s in intake.skipped)
+
+
+def test_generic_names_of_different_students_are_never_merged(tmp_path):
+    export = tmp_path / "export"
+    write(export, "ch34 作业.ipynb")
+    with zipfile.ZipFile(export / "class.zip", "w") as zipped:
+        zipped.writestr("ch34 作业.ipynb", NB)
+    # A Google Form's upload folder on Drive: two students' files of one name, " (1)" added.
+    write(export, "Ch34 作业 (File responses)/ch34_prefix_cache.ipynb")
+    write(export, "Ch34 作业 (File responses)/ch34_prefix_cache (1).ipynb")
+    with discover(export) as intake:
+        assert intake.submissions == []
+        assert len(intake.unknown()) == 4
+        assert not any("another notebook" in s.why for s in intake.skipped)
+        assert all(s.source in intake.table() for s in intake.unknown())
+
+
+# The never-merge property, on generated classes: each student hands in one notebook, in one of
+# the layouts an export uses; however the names fall, no graded id holds two students' files.
+LAYOUTS = ["moodle", "canvas", "folder", "plain", "chinese", "generic"]
+names = st.text(alphabet="abcdefgh张李王_ ", min_size=1, max_size=6).map(str.strip)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    people=st.lists(st.tuples(names, st.sampled_from(LAYOUTS)), min_size=2, max_size=8),
+    with_roster=st.booleans(),
+)
+def test_no_two_students_are_ever_merged(tmp_path_factory, people, with_roster):
+    export = tmp_path_factory.mktemp("class")
+    owner, lines = {}, ["student_id,name,lms_user_id"]
+    for index, (name, layout) in enumerate(people):
+        sid, number = f"20250{index:02d}", 7000 + index
+        lines.append(f"{sid},{name},{number}")
+        source = {
+            "moodle": moodle_path(moodle_prefix(name or "x", number), NOTEBOOK),
+            "canvas": canvas_file(name or "x", number, 100 + index, NOTEBOOK),
+            "folder": f"{sid}/{NOTEBOOK}",
+            "plain": f"{sid}.ipynb",
+            "chinese": f"{sid}_{name}_第34章作业.ipynb",
+            "generic": f"d{index}/ch34 作业.ipynb",
+        }[layout]
+        write(export, source, mtime=1_780_000_000)
+        owner[source] = sid
+    people_csv = roster(export, "\n".join(lines) + "\n") if with_roster else None
+    with discover(export, roster=people_csv) as intake:
+        for s in intake.submissions:
+            students = {owner[f] for f in [s.source, *s.superseded] if f in owner}
+            assert len(students) == 1, (s.student_id, s.source, s.superseded)
+            if with_roster:
+                assert s.student_id == owner[s.source]
+        ids = [s.student_id for s in intake.submissions]
+        assert len(ids) == len(set(ids))
+
+
+def test_a_text_only_submission_is_tied_to_its_student_and_not_graded(tmp_path):
+    # Moodle: the online text plugin's folder (downloader.php, type 'onlinetext'); Canvas:
+    # add_text_or_url() names a text entry "<get_filename()>_text.html".
+    moodle = moodle_prefix("Wang Wu", 12347) + "_assignsubmission_onlinetext/onlinetext.html"
+    canvas = re.sub(r"_1_x$", "", canvas_file("li, si", 123457, 1, "x")) + "_text.html"
+    assert canvas == "lisi_123457_text.html"
+    write(tmp_path, moodle, "<p>见附件</p>")
+    write(tmp_path, canvas, "<p>hi</p>")
+    with discover(tmp_path) as intake:
+        owners = {s.source: (s.student_id, s.why) for s in intake.skipped}
+    assert owners[moodle][0] == "12347" and "nothing to grade" in owners[moodle][1]
+    assert owners[canvas][0] == "123457" and owners[canvas][1].startswith("not a notebook (.html)")
+
+
+def test_an_lms_number_in_a_folder_name_is_never_read_as_a_student_id(tmp_path):
+    # Student 12347's roster line has no lms_user_id, and the Moodle name is not on the roster:
+    # participant 12347 is someone the roster cannot tell, not student 12347.
+    write(tmp_path / "export", moodle_path(moodle_prefix("Nobody Known", 12347), NOTEBOOK))
+    people = roster(tmp_path, "student_id,name\n12347,Someone Else\n")
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert intake.submissions == [] and len(intake.unknown()) == 1
