@@ -94,4 +94,4 @@ def test_core_part_and_probe_run_top_to_bottom_without_torch(version, tmp_path):
             )
         else:
             assert errors == [], f"Python {version}, cell {cell.id}: {errors}"
-    assert '"mode": "dry_run"' in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert "模式：dry_run" in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
