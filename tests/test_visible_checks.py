@@ -115,8 +115,8 @@ def test_todo_10_full_hit_mistake_is_told_about_the_full_hit_not_todo_9():
 
 def test_todo_9_without_return_is_told_it_returned_none():
     edit = (
-        "    return torch.cat(chunk_logits, dim=0), past_kv\n",
-        "    torch.cat(chunk_logits, dim=0), past_kv\n",
+        "    return torch.cat(chunk_logits, dim=0), past_kv",
+        "    torch.cat(chunk_logits, dim=0), past_kv",
     )
     _, message = first_failure(run_cells((edit,), last_todo=9))
     assert "NoneType" in message and "return" in message and "cannot unpack" not in message, message
