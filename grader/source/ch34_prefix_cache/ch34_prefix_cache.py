@@ -22,6 +22,7 @@
 # - **魔搭社区（ModelScope）：** 登录后进入「我的 Notebook」，启动免费的 CPU 实例（做最后的 GPU 实验时选 GPU 实例），在 JupyterLab 左侧上传本 `.ipynb` 文件后双击打开。
 # - 本 notebook 只依赖 Python 标准库和 PyTorch（Colab 与魔搭实例都已预装），不从仓库里 import 任何东西，单个文件即可运行。
 # - **最低版本：** Python 3.10、PyTorch 1.11。Colab 默认运行时（Python 3.13、torch 2.11）和魔搭的镜像（Python 3.12、torch 2.10；旧镜像 Python 3.11、torch 2.3.1）都满足。
+# - **已验证的平台：** 2026-12-02 用 `make compat` 在 CPU 上逐一运行了答案版的全部 76 个代码单元格：Colab 默认运行时（Python 3.13.0、torch 2.11.0）、魔搭（Python 3.12.1、torch 2.10.0；旧镜像 Python 3.11.7、torch 2.3.1）和最低版本（Python 3.10.13、torch 1.11.0）都通过，没有报错，也没有警告。
 #
 # **分值：** 第一部分（核心，TODO 1–8）100 分 + 第二部分（真实 KV，TODO 9–10）30 分，共 **130 分，计入成绩**；第三部分（选做，TODO 11–14）40 分**单独记录，不计入这 130 分**；最后的 GPU 实验不计分。每个 TODO 的分数拆到几个评分单元格里（基本行为、边界情况、返回类型、不修改输入……），错一处只扣那一格的分，一个 TODO 写错也不会连累别的 TODO。
 #
