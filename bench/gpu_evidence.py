@@ -104,29 +104,31 @@ def evidence(result: dict, device_kind: str) -> tuple[str, list[str]]:
         "|---|---|---|---|---|---|",
     ]
     for name in ("one_shot", "chunked"):
-        row, analytic = results["synthetic"][name], plan["analytic_block_mb"][name]
+        row, analytic = results["synthetic"][name], plan["analytic_block_mib"][name]
         label = f"synthetic {name}, {plan['suffix_tokens']} tokens"
         if "error" in row:
             lines.append(f"| {label} | {row['error']} | {analytic} | — | — | — |")
             failures.append(f"synthetic {name}: {row['error']}")
             continue
-        ratio = row["peak_allocated_mb"] / analytic
-        lines.append(f"| {label} | {row['peak_allocated_mb']} | {analytic} | {ratio:.3f} | — | — |")
+        ratio = row["peak_allocated_mib"] / analytic
+        lines.append(
+            f"| {label} | {row['peak_allocated_mib']} | {analytic} | {ratio:.3f} | — | — |"
+        )
         if abs(ratio - 1) > TOLERANCE:
             failures.append(
                 f"synthetic {name} peak / analytic = {ratio:.3f}, not within {TOLERANCE:.0%}"
             )
     if "skipped" in tiny:
         failures.append(f"tiny model: {tiny['skipped']}")
-    one_shot_peak = tiny.get("one_shot", {}).get("peak_extra_allocated_mb")
-    for name, analytic in tiny_plan["analytic_attention_scores_mb"].items():
+    one_shot_peak = tiny.get("one_shot", {}).get("peak_extra_allocated_mib")
+    for name, analytic in tiny_plan["analytic_attention_scores_mib"].items():
         row = tiny.get(name, {"error": "not measured"})
         label = f"tiny model {name}, {tiny_plan['num_tokens']} tokens"
         if "error" in row:
             lines.append(f"| {label} | {row['error']} | {analytic} | — | — | — |")
             failures.append(f"tiny model {name}: {row['error']}")
             continue
-        peak, diff = row["peak_extra_allocated_mb"], row["max_abs_diff_vs_one_shot"]
+        peak, diff = row["peak_extra_allocated_mib"], row["max_abs_diff_vs_one_shot"]
         diff_text = "—" if diff is None else f"{diff:.1e}"
         lines.append(
             f"| {label} | {peak} | {analytic} (scores) | {peak / analytic:.2f} | {row['time_ms']} "

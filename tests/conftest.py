@@ -19,6 +19,7 @@ from grader.kit.nbsource import (  # noqa: E402
     NOTEBOOK_NAME,
     PARTS,
     nbgrader_meta,
+    part_points,
     read_source,
     strip_solution_markers,
 )
@@ -61,6 +62,10 @@ def all_mistakes():
 
 
 ALL_TODOS = [todo for part in PARTS for todo in part.todos]
+# The points the source's grade cells give: counted toward `score` (counted_parts), and in all.
+SOURCE_POINTS = part_points(read_source())
+COUNTED_POINTS = sum(SOURCE_POINTS[part.key] for part in PARTS if part.counted)
+ALL_POINTS = sum(SOURCE_POINTS.values())
 _REGION = re.compile(
     r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*(\n|\Z)", re.M | re.S
 )

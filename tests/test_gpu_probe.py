@@ -56,7 +56,8 @@ def test_dry_run_prints_the_plan_without_importing_torch():
     )
     run = run_python(code)
     assert run.returncode == 0, run.stderr
-    assert '"mode": "dry_run"' in run.stdout and '"chunk_count": 8' in run.stdout
+    assert "模式：dry_run" in run.stdout and "没有使用 GPU" in run.stdout, run.stdout
+    assert "分块数：8" in run.stdout and "'real_gpu'" in run.stdout and "MiB" in run.stdout
 
 
 def test_unknown_mode_is_refused_with_the_allowed_modes_named():
@@ -87,10 +88,10 @@ def test_synthetic_blocks_peak_at_one_buffer_of_their_analytic_size(probe):
         resident = torch.ones(4 * MiB // 4)
         results = probe["probe_synthetic_blocks"](torch, SMALL, CPU, memory)
         del resident
-    assert plan["analytic_block_mb"] == {"one_shot": 2.0, "chunked": 0.25}
+    assert plan["analytic_block_mib"] == {"one_shot": 2.0, "chunked": 0.25}
     assert results == {
-        "one_shot": {"peak_allocated_mb": 2.0},
-        "chunked": {"peak_allocated_mb": 0.25},
+        "one_shot": {"peak_allocated_mib": 2.0},
+        "chunked": {"peak_allocated_mib": 0.25},
     }
 
 
@@ -107,7 +108,9 @@ def test_whole_real_path_runs_on_cpu_and_gives_back_its_memory(probe, capsys):
     for name in ("chunked_64", "chunked_32"):
         assert tiny[name]["max_abs_diff_vs_one_shot"] < 1e-4
         assert (
-            0 < tiny[name]["peak_extra_allocated_mb"] < tiny["one_shot"]["peak_extra_allocated_mb"]
+            0
+            < tiny[name]["peak_extra_allocated_mib"]
+            < tiny["one_shot"]["peak_extra_allocated_mib"]
         )
     speed = tiny["cached_prefill"]
     assert speed["hit_len"] == 192 and speed["measured"] > 0 and speed["model"] > 1
@@ -127,8 +130,8 @@ def test_out_of_memory_in_one_measurement_leaves_the_other_rows(probe, capsys):
     )
     weights = sum(p.numel() * 4 for p in probe["TinyCausalLM"](config).parameters())
     resident = weights + tiny["num_tokens"] * 8  # the weights and the prompt (int64)
-    one_shot = unlimited["one_shot"]["peak_extra_allocated_mb"] * MiB
-    chunked = unlimited["chunked_64"]["peak_extra_allocated_mb"] * MiB
+    one_shot = unlimited["one_shot"]["peak_extra_allocated_mib"] * MiB
+    chunked = unlimited["chunked_64"]["peak_extra_allocated_mib"] * MiB
     limited = CpuMemory(limit_bytes=int(resident + (one_shot + chunked) / 2))
     with limited:
         before = limited.allocated()
@@ -137,13 +140,14 @@ def test_out_of_memory_in_one_measurement_leaves_the_other_rows(probe, capsys):
     synthetic, tiny = result["results"]["synthetic"], result["results"]["tiny_model"]
     assert synthetic == {  # the 2 MiB one-shot block does not fit either
         "one_shot": {"error": "out of memory at 2048 tokens"},
-        "chunked": {"peak_allocated_mb": 0.25},
+        "chunked": {"peak_allocated_mib": 0.25},
     }
     assert tiny["one_shot"] == {"error": "out of memory at 256 tokens"}
-    assert tiny["chunked_64"]["peak_extra_allocated_mb"] > 0
+    assert tiny["chunked_64"]["peak_extra_allocated_mib"] > 0
     assert tiny["chunked_64"]["max_abs_diff_vs_one_shot"] is None  # no one-shot logits to compare
     assert (
-        tiny["chunked_32"]["peak_extra_allocated_mb"] > 0 and tiny["cached_prefill"]["measured"] > 0
+        tiny["chunked_32"]["peak_extra_allocated_mib"] > 0
+        and tiny["cached_prefill"]["measured"] > 0
     )
     probe["show_probe"](result)
     shown = capsys.readouterr().out
@@ -196,7 +200,7 @@ def test_result_is_shown_once_in_the_notebook():
     assert isinstance(last, ast.Assign)
     outputs = read_nb(REPO_ROOT / "solutions" / NOTEBOOK_NAME).cells[-1].outputs
     assert [o.output_type for o in outputs] == ["stream"]
-    assert outputs[0].text.count('"mode": "dry_run"') == 1
+    assert outputs[0].text.count("模式：dry_run") == 1
 
 
 @pytest.mark.slow  # bench/gpu_evidence.py runs the whole probe on the CPU (about 30 s)

@@ -23,7 +23,7 @@ from grader.kit.build import source_notebook
 from grader.kit.nbsource import ASSIGNMENT, NOTEBOOK_NAME, PARTS, part_of, todo_number
 from grader.kit.report import BadOverrides, grade_columns, max_score_warning, read_overrides
 from grader.kit.submissions import PARTLY_WRONG_EDITS, filled_submission
-from tests.conftest import autograde, read_nb
+from tests.conftest import ALL_POINTS, ALL_TODOS, COUNTED_POINTS, autograde, read_nb
 
 BOM = b"\xef\xbb\xbf"
 ROSTER = (
@@ -118,24 +118,32 @@ def test_grades_csv_columns_are_totals_parts_todos_cells_then_reason(batch):
         + [g for g, _ in columns]
         + ["reason", "repairs"]
     )
-    assert [part.key for part in PARTS] == ["core", "kv", "block"] and todos == list(range(1, 15))
+    assert [part.key for part in PARTS] == ["core", "kv", "block", "sched"] and todos == ALL_TODOS
 
 
 def test_subtotals_equal_the_sum_of_their_cells_and_score_leaves_the_challenge_out(batch):
     columns = grade_columns(batch["release"])
     counted_points = sum(p for g, p in columns if part_of(g).counted)
     for student, row in batch["rows"].items():
-        for number in range(1, 15):
+        for number in ALL_TODOS:
             cells = [g for g, _ in columns if todo_number(g) == number]
             assert float(row[f"todo{number}"]) == sum(float(row[g]) for g in cells), student
         for part in PARTS:
             assert float(row[part.key]) == sum(float(row[f"todo{n}"]) for n in part.todos)
         assert float(row["score"]) == sum(float(row[p.key]) for p in PARTS if p.counted)
         assert float(row["max_score"]) == counted_points
-    assert batch["rows"]["张三"]["score"] == batch["rows"]["张三"]["max_score"] == "130"
+    assert (
+        batch["rows"]["张三"]["score"]
+        == batch["rows"]["张三"]["max_score"]
+        == f"{COUNTED_POINTS:g}"
+    )
     assert float(batch["rows"]["张三"]["block"]) == 40
     lisi = batch["rows"]["lisi"]
-    assert float(lisi["todo2"]) < 12 and float(lisi["todo7"]) < 15 and float(lisi["score"]) < 130
+    assert (
+        float(lisi["todo2"]) < 12
+        and float(lisi["todo7"]) < 15
+        and float(lisi["score"]) < COUNTED_POINTS
+    )
 
 
 def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
@@ -185,7 +193,7 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     )
     run, rows = autograde(broken_only(tmp_path), report, batch["course"])
     assert run.returncode == 0, run.stderr[-3000:]
-    assert rows["张三"]["score"] == "130" and rows["张三"]["bonus"] == "3"
+    assert rows["张三"]["score"] == f"{COUNTED_POINTS:g}" and rows["张三"]["bonus"] == "3"
     assert rows["lisi"]["todo2"] == "12"
 
 
@@ -237,9 +245,9 @@ def test_canvas_and_moodle_files_follow_their_import_layouts_with_roster_ids(bat
     canvas = list(csv.reader((batch["report"] / "canvas.csv").open(encoding="utf-8-sig")))
     assert (batch["report"] / "canvas.csv").read_bytes()[:3] == BOM
     assert canvas[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", ASSIGNMENT]
-    assert canvas[1] == ["Points Possible", "", "", "", "", "130"]
+    assert canvas[1] == ["Points Possible", "", "", "", "", f"{COUNTED_POINTS:g}"]
     by_id = {line[2]: line for line in canvas[2:]}
-    assert by_id["张三"] == ["张三", "4711", "张三", "", "", "130"]
+    assert by_id["张三"] == ["张三", "4711", "张三", "", "", f"{COUNTED_POINTS:g}"]
     assert by_id["broken"][:2] == ["broken", ""] and by_id["broken"][5] == "0"
     moodle = list(csv.DictReader((batch["report"] / "moodle.csv").open(encoding="utf-8-sig")))
     # No "User ID": Moodle's `userid` is the site's user id, not the assignment's participant no.
@@ -330,7 +338,9 @@ def test_a_glob_character_student_id_goes_into_nbgraders_gradebook(batch, tmp_pa
     )
     assert run.returncode == 0, run.stderr[-2000:]
     exported = list(csv.DictReader((report / "nbgrader" / "exported.csv").open(encoding="utf-8")))
-    assert [float(r["raw_score"]) for r in exported if r["student_id"] == student] == [170.0]
+    assert [float(r["raw_score"]) for r in exported if r["student_id"] == student] == [
+        float(ALL_POINTS)
+    ]
 
 
 def test_regrading_replaces_a_students_scores_in_nbgraders_gradebook(batch, tmp_path):

@@ -19,7 +19,7 @@ from grader.kit.autograde import FAULT_AFTER, Outcome, fault_in
 from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
 from grader.kit.normalize import normalize_submission
 from grader.kit.submissions import filled_submission
-from tests.conftest import autograde, read_nb
+from tests.conftest import COUNTED_POINTS, autograde, read_nb
 from tests.fixtures.mistakes_core import NORMALIZE
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -79,8 +79,8 @@ def test_virtualenv_reached_through_a_symlink_grades_the_reference_full_marks(ki
         row = next(csv.DictReader(handle))
     assert [row[k] for k in ("student_id", "score", "max_score", "status")] == [
         "alice",
-        "130",
-        "130",
+        f"{COUNTED_POINTS:g}",
+        f"{COUNTED_POINTS:g}",
         "graded",
     ], row
     assert row["block"] == "40", "the challenge part full too"

@@ -242,7 +242,7 @@ def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(
     assert (
         nb.cells[-1].cell_type == "code" and "run_chunked_gpu_probe(RUN_MODE" in nb.cells[-1].source
     )
-    assert '"mode": "dry_run"' in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
+    assert "模式：dry_run" in "".join(o.get("text", "") for o in nb.cells[-1].outputs)
 
 
 def test_first_cell_and_each_part_heading_give_the_points_and_whether_they_count():

@@ -193,19 +193,21 @@ def _ratio_hint(value, hit, length):
         return "reuse_ratio 是 0 到 1 之间的比例，不是百分比"
     if length and abs(value - (length - hit) / length) <= 5e-5:
         return "reuse_ratio = 命中的 token 数 / prompt 长度，不是未命中的"
+    if length and value == hit / length:
+        return "比例对了，但没有保留 4 位小数：用 round(hit_tokens / len(prompt), 4)"
     return "reuse_ratio = hit_tokens / len(prompt)，保留 4 位小数"
 
 
 def check_ratio(ns):
-    """Non-empty prompts: reuse_ratio is a float, hit_tokens / len(prompt) to 4 places."""
+    """Non-empty prompts: reuse_ratio is a float, round(hit_tokens / len(prompt), 4), as the text says."""
     _guard()
     rng = random.Random(3417)
     for cached, prompt in _random_cases(rng, 40):
         where, got = _stats(_probe(ns, block_size=2, cached=cached), "比例", prompt)
         hit = _match(cached, prompt)
-        value, want = got["reuse_ratio"], hit / len(prompt)
-        assert type(value) is float and abs(value - want) <= 5e-5, (
-            f"{where} 的 reuse_ratio 应为 float {round(want, 4)}，得到 {type(value).__name__} {value!r}"
+        value, want = got["reuse_ratio"], round(hit / len(prompt), 4)
+        assert type(value) is float and abs(value - want) <= 1e-12, (
+            f"{where} 的 reuse_ratio 应为 float {want}（保留 4 位小数），得到 {type(value).__name__} {value!r}"
             f"（{_ratio_hint(value, hit, len(prompt))}）"
         )
 
