@@ -115,6 +115,20 @@ def fresh_build(tmp_path_factory):
     return out
 
 
+# An empty but valid notebook, and a file written where an LMS export would put it (the intake tests).
+NB = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+
+
+def write(folder, relative, text=NB, mtime=None):
+    """Write `text` at `folder / relative` (folders made), with modification time `mtime` if given."""
+    path = folder / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    if mtime is not None:
+        os.utime(path, (mtime, mtime))
+    return path
+
+
 def read_nb(path):
     return nbformat.read(path, as_version=4)
 

@@ -5,7 +5,6 @@ The name parsing and the bookkeeping are tested on files without kernels; one re
 """
 
 import csv
-import os
 import re
 import subprocess
 import sys
@@ -19,9 +18,7 @@ from grader.kit.intake import ExportCollector, IntakeError, discover
 from grader.kit.layouts import copy_number
 from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from grader.kit.submissions import filled_submission
-from tests.conftest import autograde, read_nb
-
-NB = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+from tests.conftest import NB, autograde, read_nb, write
 
 ROSTER = """\
 student_id,name,lms_user_id,email
@@ -36,15 +33,6 @@ student_id,name,lms_user_id,email
 Wang Wu [final],,,
 a*b?,,,
 """
-
-
-def write(folder, relative, text=NB, mtime=None):
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    if mtime is not None:
-        os.utime(path, (mtime, mtime))
-    return path
 
 
 def make_zip(path, members: dict):

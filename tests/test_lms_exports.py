@@ -10,7 +10,6 @@ Blackboard's, Brightspace's and Gradescope's naming follow their downloads as nb
 documentation and the LMSs' help pages show them.
 """
 
-import os
 import re
 import zipfile
 
@@ -19,18 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grader.kit.intake import discover
+from tests.conftest import NB, write
 
-NB = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
 NOTEBOOK = "ch34_prefix_cache.ipynb"
-
-
-def write(folder, relative, text=NB, mtime=None):
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    if mtime is not None:
-        os.utime(path, (mtime, mtime))
-    return path
 
 
 def moodle_prefix(fullname: str, number: int, *, blind=False) -> str:
