@@ -8,9 +8,9 @@ import sys
 import nbformat
 import pytest
 
-from grader.kit.nbsource import PARTS, REPO_ROOT, part_of, todo_number
-from grader.kit.report import grade_columns
-from grader.kit.submissions import filled_submission
+from grader.kit.authoring.examples import filled_submission
+from grader.kit.authoring.nbsource import PARTS, REPO_ROOT, part_of, todo_number
+from grader.kit.report.grades import grade_columns
 from tests.conftest import ALL_TODOS, all_mistakes, autograde, read_nb
 from tests.fixtures.mistakes_core import MISTAKES as CORE
 

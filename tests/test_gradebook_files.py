@@ -11,11 +11,11 @@ import re
 import nbformat
 import pytest
 
-from grader.kit import feedback, lms, summary
+from grader.kit.authoring.nbsource import ASSIGNMENT, PARTS
 from grader.kit.autograde import Outcome, stale_ids
-from grader.kit.intake import discover
-from grader.kit.nbsource import ASSIGNMENT, PARTS
-from grader.kit.report import (
+from grader.kit.intake.inventory import discover
+from grader.kit.report import feedback, lms, summary
+from grader.kit.report.grades import (
     BadOverrides,
     column_maxima,
     fmt,

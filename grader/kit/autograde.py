@@ -4,14 +4,14 @@
                                    [--name-pattern REGEX]
 
 SUBMISSIONS is a folder or a .zip: an LMS export (Moodle, Canvas, Blackboard), nbgrader's
-submitted/ tree or plain `<student_id>.ipynb` files (`intake.py` finds them, names the
+submitted/ tree or plain `<student_id>.ipynb` files (`intake/inventory.py` finds them, names the
 students and lists every file it does not grade, with why). For each submission the
 grader normalises the notebook against the release (`normalize.py`), copies the grading
 course (`build/grading-course`: config, source, gradebook) into a fresh working directory,
-and runs nbgrader's own `autograde` there, in a forked process (`grade_one.py`), with
+and runs nbgrader's own `autograde` there, in a forked process (`grading/child.py`), with
 the kernel in a sandbox: forked from one process that imported torch and ipykernel once for
-the batch, into namespaces of its own (`zygote.py`), or, where that cannot be made or with
---no-zygote, started afresh inside bubblewrap (`sandbox.py`). Nothing a submission does reaches the template
+the batch, into namespaces of its own (`zygote_server.py`), or, where that cannot be made or with
+--no-zygote, started afresh inside bubblewrap (`launcher.py`). Nothing a submission does reaches the template
 course, the report, the repository or another submission; a kernel that dies, hangs or
 floods becomes a row with its status, never a crash and never a stale grade.
 
@@ -25,7 +25,7 @@ not in this batch; REPORT/overrides.csv applied), REPORT/feedback/<student_id>.h
 tests never shown), REPORT/intake.csv (every input file: graded, or why not),
 REPORT/summary.html, REPORT/canvas.csv and moodle.csv, and for a Moodle export Moodle's offline
 grading worksheet (`lms.py`), and the nbgrader course
-REPORT/nbgrader/ that formgrader and `nbgrader export` read (`formgrader.py`).
+REPORT/nbgrader/ that formgrader and `nbgrader export` read (`report/gradebook.py`).
 
 A grader fault never becomes a student's grade. Before the batch, the kernel's interpreter is
 started in the sandbox (`kernel_start_problem`). The reference solution is then graded through
@@ -54,9 +54,16 @@ from pathlib import Path
 
 import nbformat
 
-from . import cgroups, feedback, formgrader, integrity, lms, reaper, report, summary
-from .build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
-from .grade_one import (
+from .authoring.build import GRADING_COURSE, STUDENT_RELEASE, kernel_tempdir
+from .authoring.examples import filled_submission
+from .authoring.nbsource import (
+    ASSIGNMENT,
+    NOTEBOOK_NAME,
+    REPO_ROOT,
+    nbgrader_meta,
+    strip_solution_markers,
+)
+from .grading.child import (
     Limits,
     Zygote,
     grade_in_child,
@@ -64,10 +71,13 @@ from .grade_one import (
     sandbox_available,
     warm_up,
 )
-from .intake import IntakeError, Submission, discover
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta, strip_solution_markers
-from .normalize import Ungradable, normalize_submission
-from .submissions import filled_submission
+from .intake import integrity
+from .intake.inventory import IntakeError, Submission, discover
+from .intake.normalize import Ungradable, normalize_submission
+from .report import feedback, lms, summary
+from .report import gradebook as formgrader
+from .report import grades as report
+from .sandbox import cgroups, reaper
 
 # Statuses that may be the grader's fault rather than the notebook's.
 FAULT_STATUSES = ("kernel_died", "grader_crash", "grader_error")

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .report import open_csv
+from ..report.grades import open_csv
 
 
 class RosterError(Exception):

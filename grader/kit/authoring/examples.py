@@ -2,7 +2,7 @@
 
 Used for the bundled examples (`make`) and the mistake catalogue of the tests.
 
-    python -m grader.kit.submissions OUTDIR    # correct, untouched and partly-wrong examples
+    python -m grader.kit.authoring.examples OUTDIR    # correct, untouched and partly-wrong examples
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from nbgrader.api import (
 )
 from traitlets.config.loader import PyFileConfigLoader
 
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
+from ..authoring.nbsource import ASSIGNMENT, NOTEBOOK_NAME
 
 COURSE_FOLDER = "nbgrader"  # under the report folder
 NOTEBOOK = NOTEBOOK_NAME[: -len(".ipynb")]

@@ -1,7 +1,7 @@
 """Run the reference notebook, every cell, in a kernel of another Python environment.
 
-    python -m grader.kit.compat VENV       one environment you built
-    python -m grader.kit.compat --matrix   the learners' platforms (`make compat`)
+    python -m grader.kit.publish.compat VENV       one environment you built
+    python -m grader.kit.publish.compat --matrix   the learners' platforms (`make compat`)
 
 The executed notebook is the solutions notebook with its outputs cleared: the core part, the torch
 parts (KV cache, cached and chunked prefill, the measurements) and the GPU probe's dry run. The GPU
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import nbformat
 
-from .build import execute, kernel_tempdir
-from .nbsource import NOTEBOOK_NAME, REPO_ROOT
+from ..authoring.build import execute, kernel_tempdir
+from ..authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
 
 VERSIONS = "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')"
 # What the probe's CudaMemory adapter calls (OutOfMemoryError has a fallback: torch < 1.13 lacks it).
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         return matrix()
     if len(args) != 1 or not (Path(args[0]) / "bin" / "python").exists():
         print(
-            "usage: python -m grader.kit.compat VENV  (a venv with torch and ipykernel)",
+            "usage: python -m grader.kit.publish.compat VENV  (a venv with torch and ipykernel)",
             file=sys.stderr,
         )
         return 2

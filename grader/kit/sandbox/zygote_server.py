@@ -1,13 +1,13 @@
 """Pre-imported kernels: every notebook kernel of a batch is forked from one process (the zygote)
 that imported torch and ipykernel once, into Linux namespaces of its own.
 
-    python zygote.py SOCKET PARENT_PID
+    python zygote_server.py SOCKET PARENT_PID
 
 Started by the batch grader (`grade_one.Zygote`) once a batch; once it has tested the sandbox
 and imported what kernels need it prints "ready" (or "unavailable: <why>", or an import's
-traceback, and exits), then serves the kernel launcher (`sandbox.py`) on the Unix socket
+traceback, and exits), then serves the kernel launcher (`launcher.py`) on the Unix socket
 SOCKET until it is killed; it dies with PARENT_PID. Its self-test binds the Python trees
-named in CH34_SANDBOX_PYTHON, as every kernel's request will. Imports nothing from the repository: like `sandbox.py` it
+named in CH34_SANDBOX_PYTHON, as every kernel's request will. Imports nothing from the repository: like `launcher.py` it
 runs with an unknown working directory.
 
 Why: a kernel that starts from nothing spends about 3 CPU-s importing torch, IPython and
@@ -22,7 +22,7 @@ builds the same sandbox itself, with the same system calls bubblewrap makes:
         │       capability, reaps orphans; when the kernel ends, everything in here ends
         └ kernel  PID 2: limits, environment, argv as `python -m ipykernel_launcher`; runs it
 
-The kernel's file system is bubblewrap's whitelist from `sandbox.py`: /dev with the usual
+The kernel's file system is bubblewrap's whitelist from `launcher.py`: /dev with the usual
 devices only, its own /proc (with /proc/sys, sysrq-trigger, irq and bus read-only, as
 bubblewrap covers them), a private /tmp and /dev/shm, the system's programs and libraries
 and the Python installations read-only (sub-mounts too: /sys/fs/cgroup stays read-only), the
@@ -33,7 +33,7 @@ namespace it creates itself gets these mounts locked, as the kernel documents fo
 copied into a less privileged namespace. Loopback is its only network interface.
 
 Protocol (SOCK_SEQPACKET, one message each way): the launcher sends a JSON request (see
-`sandbox.py`) with the kernel log's file descriptor attached; the zygote answers
+`launcher.py`) with the kernel log's file descriptor attached; the zygote answers
 "exit <status>" when the kernel has ended. A launcher that goes away (killed by
 jupyter_client or by the grader's reaper) takes its kernel with it: the zygote SIGKILLs the
 monitor, and each process below has a parent-death signal.
@@ -78,7 +78,7 @@ SYSCALLS = {
     "aarch64": {"pivot_root": 41, "capset": 91},
 }
 
-# What the kernel sees: the same list as sandbox.py's bubblewrap command line.
+# What the kernel sees: the same list as launcher.py's bubblewrap command line.
 SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # no /dev/pts: no terminals
 PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")

@@ -1,6 +1,6 @@
 """Generate the student notebook, the solutions notebook and the nbgrader course from the one source.
 
-    python -m grader.kit.build [--out DIR] [--no-execute] {notebooks,solutions,all}
+    python -m grader.kit.authoring.build [--out DIR] [--no-execute] {notebooks,solutions,all}
 
 `notebooks` runs the real `nbgrader generate_assignment` in a course directory
 (`DIR/build/course`, kept for the autograder) and writes its release to

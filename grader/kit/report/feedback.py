@@ -17,7 +17,7 @@ from __future__ import annotations
 import html
 import re
 
-from .nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
+from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # An absolute path of two parts or more (/tmp/ch34-grading-x/0001/scratch, /root/.venv/lib/...),

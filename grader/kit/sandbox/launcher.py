@@ -1,8 +1,8 @@
 """Start one notebook kernel in the sandbox (the kernelspec's argv points here): forked from the
-batch's zygote (`zygote.py`) when there is one, else afresh inside bubblewrap.
+batch's zygote (`zygote_server.py`) when there is one, else afresh inside bubblewrap.
 
-    python sandbox.py {connection_file}
-    python sandbox.py --check      # start this interpreter in the same sandbox, import ipykernel, exit
+    python launcher.py {connection_file}
+    python launcher.py --check      # start this interpreter in the same sandbox, import ipykernel, exit
 
 Run by jupyter_client, never imported by the kit's other modules (the kernel launches with
 an unknown working directory, so this file imports nothing from the repository). Its
@@ -13,7 +13,7 @@ settings come from the environment the grader sets for one submission:
                            the venv, the interpreter it was made from), visible read-only
     CH34_SANDBOX_MEMORY    address-space limit in bytes
     CH34_SANDBOX_BWRAP     "1" to use bubblewrap, "0" to run the kernel unsandboxed
-    CH34_SANDBOX_ZYGOTE    where set, the socket of the batch's zygote (`zygote.py`): the
+    CH34_SANDBOX_ZYGOTE    where set, the socket of the batch's zygote (`zygote_server.py`): the
                            kernel is forked from it, into the same sandbox built without
                            bubblewrap, and this process stands for it until it ends
     CH34_SANDBOX_CGROUPS   the submission's cgroups (os.pathsep-separated), for the zygote's kernel

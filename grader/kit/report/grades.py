@@ -30,8 +30,8 @@ import re
 import sys
 from pathlib import Path
 
-from .nbsource import PARTS, nbgrader_meta, part_of, todo_number
-from .normalize import repairs_summary
+from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, todo_number
+from ..intake.normalize import repairs_summary
 
 FIXED_COLUMNS = ["student_id", "score", "max_score", "status", "late", "source"]
 TRAILING_COLUMNS = ["reason", "repairs"]

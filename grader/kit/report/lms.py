@@ -32,10 +32,10 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .layouts import read_name
-from .nbsource import ASSIGNMENT, COURSE_SETTINGS, PARTS
-from .report import write_csv
-from .roster import Roster, RosterError
+from ..intake.layouts import read_name
+from ..authoring.nbsource import ASSIGNMENT, COURSE_SETTINGS, PARTS
+from .grades import write_csv
+from ..intake.roster import Roster, RosterError
 
 ROSTER_COLUMNS = ["student_id", "name", "lms_user_id", "email"]
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]

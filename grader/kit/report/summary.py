@@ -11,8 +11,8 @@ import html
 from collections import Counter
 from pathlib import Path
 
-from .nbsource import PARTS, part_of, todo_number
-from .report import num, todo_columns
+from ..authoring.nbsource import PARTS, part_of, todo_number
+from .grades import num, todo_columns
 
 STYLE = """
 body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 66em; margin: 2em auto; padding: 0 1em; }

@@ -3,7 +3,7 @@
 The fork starts with nbgrader, nbconvert, nbclient and jupyter_client already imported by its
 parent (about 3 s a submission that a fresh process would spend). `grade_in_child` gives the
 working copy a kernelspec whose kernel is forked from the batch's pre-imported `Zygote`
-(`zygote.py`) or, without one, starts afresh inside bubblewrap (`sandbox.py` either way), sets
+(`zygote_server.py`) or, without one, starts afresh inside bubblewrap (`launcher.py` either way), sets
 the limits, runs nbgrader's own `autograde` in process on `workdir/course`, writes
 `workdir/result.json` and exits; nothing it started outlives it (`reaper.py`). It never writes
 outside `workdir`.
@@ -30,12 +30,12 @@ from nbgrader.nbgraderformat import MetadataValidator
 from nbgrader.preprocessors import CheckCellMetadata
 from traitlets.config.loader import PyFileConfigLoader
 
-from . import cgroups, reaper
-from .build import kernel_tempdir
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
+from ..authoring.build import kernel_tempdir
+from ..authoring.nbsource import ASSIGNMENT, NOTEBOOK_NAME
+from ..sandbox import cgroups, reaper
 
-SANDBOX_SCRIPT = Path(__file__).with_name("sandbox.py")
-ZYGOTE_SCRIPT = Path(__file__).with_name("zygote.py")
+SANDBOX_SCRIPT = Path(__file__).parents[1] / "sandbox" / "launcher.py"
+ZYGOTE_SCRIPT = Path(__file__).parents[1] / "sandbox" / "zygote_server.py"
 KERNEL_NAME = "ch34-sandbox"
 OUTPUT_CAP = """\
 def _cap_output(stream, left=LIMIT):
@@ -135,7 +135,7 @@ def thread_environment(threads: int) -> dict:
 
 
 class Zygote:
-    """The batch's pre-imported kernel process (`zygote.py`): start it, then `stop()` it.
+    """The batch's pre-imported kernel process (`zygote_server.py`): start it, then `stop()` it.
 
     `socket` is where the kernel launchers reach it; `problem` is None when it is serving,
     else why it cannot (kernels then start afresh, each in bubblewrap). Starting takes the
@@ -199,7 +199,7 @@ def zygote_problem(said: list[str]) -> str:
 
 
 def sandbox_environment(scratch: Path, memory_bytes: int, sandbox: bool) -> dict:
-    """The settings `sandbox.py` reads (see its docstring)."""
+    """The settings `launcher.py` reads (see its docstring)."""
     return {
         "CH34_SANDBOX_SCRATCH": str(scratch),
         "CH34_SANDBOX_PYTHON": os.pathsep.join(python_roots()),
@@ -309,7 +309,7 @@ def scratch_gradebook_without_sync() -> None:
 
     nbgrader commits once per grade cell (55 here) to the working copy's gradebook, which is
     read once and deleted: nothing in it needs to survive a crash. The class's gradebook is
-    written by the parent (`formgrader.py`), where this is never set.
+    written by the parent (`report/gradebook.py`), where this is never set.
     """
     from sqlalchemy import event
     from sqlalchemy.engine import Engine

@@ -1,6 +1,6 @@
 """The solutions for students, after the deadline: one self-contained HTML file and its PDF.
 
-    python -m grader.kit.export [--out export]
+    python -m grader.kit.publish.export [--out export]
 
 Reads the committed, executed solutions notebook (`solutions/`) and writes
 `export/ch34_prefix_cache_solutions.html` and `.pdf`. The HTML needs no network: nbconvert's
@@ -26,7 +26,7 @@ from jinja2 import DictLoader
 from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert import HTMLExporter
 
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
+from ..authoring.nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
 
 HTML_NAME = f"{ASSIGNMENT}_solutions.html"
 PDF_NAME = f"{ASSIGNMENT}_solutions.pdf"

@@ -18,7 +18,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 ASSIGNMENT = "ch34_prefix_cache"
 NOTEBOOK_NAME = f"{ASSIGNMENT}.ipynb"
 SOURCE_PATH = REPO_ROOT / "grader" / "source" / ASSIGNMENT / f"{ASSIGNMENT}.py"
