@@ -20,9 +20,10 @@ from nbgrader.api import Gradebook
 from grader.kit.authoring.build import source_notebook
 from grader.kit.authoring.examples import PARTLY_WRONG_EDITS, filled_submission
 from grader.kit.authoring.nbsource import ASSIGNMENT, NOTEBOOK_NAME, PARTS, part_of, todo_number
-from grader.kit.autograde import Outcome
+from grader.kit.errors import BadOverrides
+from grader.kit.grading.outcome import Outcome
 from grader.kit.report import gradebook
-from grader.kit.report.grades import BadOverrides, grade_columns, max_score_warning, read_overrides
+from grader.kit.report.grades import grade_columns, max_score_warning, read_overrides
 from tests.conftest import ALL_POINTS, ALL_TODOS, COUNTED_POINTS, autograde, read_nb
 
 BOM = b"\xef\xbb\xbf"

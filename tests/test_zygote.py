@@ -20,14 +20,10 @@ from jupyter_client.kernelspec import KernelSpecManager
 
 from grader.kit.authoring.build import kernel_tempdir
 from grader.kit.authoring.nbsource import REPO_ROOT
-from grader.kit.grading.child import (
-    KERNEL_NAME,
-    Limits,
-    Zygote,
-    kernel_settings,
-    prepare_kernel,
-)
+from grader.kit.grading.limits import Limits
 from grader.kit.sandbox import cgroups
+from grader.kit.sandbox.kernel_setup import KERNEL_NAME, kernel_settings, prepare_kernel
+from grader.kit.sandbox.zygote_client import Zygote
 
 
 @pytest.fixture(scope="module", params=["user-namespace", "root-without-user-namespace"])

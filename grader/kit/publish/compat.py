@@ -25,7 +25,8 @@ from pathlib import Path
 import nbformat
 
 from ..authoring.build import execute, kernel_tempdir
-from ..authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
+from ..errors import KitError, exit_with
+from ..paths import COMPAT_VENVS, REPO_ROOT, SOLUTIONS_NOTEBOOK
 
 VERSIONS = "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')"
 # What the probe's CudaMemory adapter calls (OutOfMemoryError has a fallback: torch < 1.13 lacks it).
@@ -67,7 +68,7 @@ def matrix() -> int:
         if python is None:
             results.append((label, f"no Python {version} here"))
             continue
-        venv = REPO_ROOT / "build" / "compat" / f"py{version}"
+        venv = REPO_ROOT / COMPAT_VENVS / f"py{version}"
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-cache-dir"]
@@ -89,6 +90,14 @@ def matrix() -> int:
 
 
 def main(argv=None) -> int:
+    """The command line: the kit's errors become their message and exit status."""
+    try:
+        return run(argv)
+    except KitError as error:
+        return exit_with(error)
+
+
+def run(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--matrix"]:
         return matrix()
@@ -104,7 +113,7 @@ def main(argv=None) -> int:
     missing = subprocess.run([python, "-c", MISSING], capture_output=True, text=True, check=True)
     install = [python, "-m", "ipykernel", "install", "--prefix", str(venv), "--name", "compat"]
     subprocess.run(install, check=True, capture_output=True)
-    nb = nbformat.read(REPO_ROOT / "solutions" / NOTEBOOK_NAME, as_version=4)
+    nb = nbformat.read(REPO_ROOT / SOLUTIONS_NOTEBOOK, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None

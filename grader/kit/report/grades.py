@@ -30,47 +30,43 @@ import re
 import sys
 from pathlib import Path
 
-from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, todo_number
+from .. import paths
+from ..authoring.nbsource import PARTS, todo_number
 from ..intake.normalize import repairs_summary
+from .formats import open_csv, write_csv
+from .overrides import OVERRIDE_COLUMNS, apply_overrides, read_overrides
+from .scores import (
+    FIXED_COLUMNS,
+    TRAILING_COLUMNS,
+    TODO_COLUMN,
+    column_maxima,
+    counted_score,
+    fmt,
+    grade_columns,
+    max_score,
+    num,
+    part_columns,
+    recompute,
+    todo_columns,
+)
 
-FIXED_COLUMNS = ["student_id", "score", "max_score", "status", "late", "source"]
-TRAILING_COLUMNS = ["reason", "repairs"]
-OVERRIDE_COLUMNS = ["student_id", "column", "value", "note"]
-AS_GRADED = ".grades-as-graded.json"  # beside grades.csv: every row before overrides
-_TODO_COLUMN = re.compile(r"^todo(\d+)$")
+__all__ = [  # read from here by the rest of the kit and the tests, beside grades.csv's own
+    "OVERRIDE_COLUMNS",
+    "apply_overrides",
+    "column_maxima",
+    "counted_score",
+    "grade_columns",
+    "max_score",
+    "num",
+    "open_csv",
+    "part_columns",
+    "read_overrides",
+    "recompute",
+    "todo_columns",
+    "write_csv",
+]
 
-
-class BadOverrides(SystemExit):
-    """overrides.csv cannot be applied; the message names the file and the line."""
-
-
-def grade_columns(release) -> list[tuple[str, float]]:
-    """(grade_id, points) of every grade cell, in notebook order."""
-    return [
-        (meta["grade_id"], float(meta.get("points", 0)))
-        for meta in map(nbgrader_meta, release.cells)
-        if meta.get("grade")
-    ]
-
-
-def todo_columns(columns: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """(`todo<N>`, points) for every TODO that has grade cells, by number."""
-    points: dict[int, float] = {}
-    for grade_id, cell_points in columns:
-        number = todo_number(grade_id)
-        if number is not None:
-            points[number] = points.get(number, 0.0) + cell_points
-    return [(f"todo{number}", points[number]) for number in sorted(points)]
-
-
-def part_columns(columns: list[tuple[str, float]]) -> list[tuple[str, float]]:
-    """(part key, points) of every part in nbsource.PARTS, in their order."""
-    return [(part.key, sum(p for g, p in columns if part_of(g) is part)) for part in PARTS]
-
-
-def max_score(columns: list[tuple[str, float]]) -> float:
-    """The points `score` is out of: the counted parts only."""
-    return sum(p for g, p in columns if part_of(g) is not None and part_of(g).counted)
+AS_GRADED = paths.AS_GRADED  # beside grades.csv: every row before overrides
 
 
 def kit_columns(columns: list[tuple[str, float]]) -> list[str]:
@@ -91,7 +87,7 @@ def is_kit_column(name: str) -> bool:
         or name in TRAILING_COLUMNS
         or name in {"late", "source"}
         or any(name == part.key for part in PARTS)
-        or bool(_TODO_COLUMN.match(name))
+        or bool(TODO_COLUMN.match(name))
         or todo_number(name) is not None
     )
 
@@ -113,133 +109,6 @@ def outcome_row(outcome, columns: list[tuple[str, float]]) -> dict:
     return row
 
 
-def recompute(row: dict, changed: set[str]) -> set[str]:
-    """Set every column computed from `changed` columns of `row`: TODOs, parts, then score.
-
-    Only the chain above `changed` is touched; returns the columns that were set.
-    """
-    cells = [name for name in row if todo_number(name) is not None]
-    todos = {todo_number(name) for name in changed if todo_number(name) is not None}
-    done = set()
-    for number in sorted(todos):
-        if f"todo{number}" in changed:
-            continue
-        row[f"todo{number}"] = fmt(sum(num(row[c]) for c in cells if todo_number(c) == number))
-        done.add(f"todo{number}")
-    numbers = {int(m.group(1)) for m in map(_TODO_COLUMN.match, changed | done) if m}
-    parts = {part for part in PARTS if set(part.todos) & numbers} | {
-        part for part in PARTS if part.key in changed
-    }
-    for part in PARTS:
-        if part in parts and part.key not in changed:
-            row[part.key] = fmt(
-                sum(num(row.get(f"todo{n}", "")) for n in part.todos if f"todo{n}" in row)
-            )
-            done.add(part.key)
-    if any(part.counted for part in parts) and "score" not in changed:
-        row["score"] = fmt(sum(num(row.get(part.key, "")) for part in PARTS if part.counted))
-        done.add("score")
-    return done
-
-
-def column_maxima(columns: list[tuple[str, float]]) -> dict[str, float]:
-    """The most points each computed column can hold: score, every part, TODO and grade cell."""
-    return (
-        {"score": max_score(columns)}
-        | dict(part_columns(columns))
-        | dict(todo_columns(columns))
-        | dict(columns)
-    )
-
-
-def read_overrides(
-    path: Path, students, columns: list[str], maxima: dict[str, float] | None = None
-) -> dict[str, list[dict]]:
-    """overrides.csv as {student_id: [{column, value, note, line}]}; {} when there is none.
-
-    `students` are the ids that may be overridden, `columns` the columns that may be set,
-    `maxima` the points a column can hold (`column_maxima`; a column added by hand has none).
-    Raises BadOverrides (a SystemExit) naming the line of anything that cannot be applied.
-    """
-    maxima = maxima or {}
-    if not path.exists():
-        return {}
-    students, allowed = set(students), set(columns) - {"student_id", "max_score", "status"}
-    allowed -= set(TRAILING_COLUMNS) | {"late", "source"}
-    found: dict[str, list[dict]] = {}
-    seen: dict[tuple[str, str], int] = {}
-    with open_csv(path) as handle:
-        reader = csv.DictReader(handle)
-        missing = [
-            c for c in ("student_id", "column", "value") if c not in (reader.fieldnames or [])
-        ]
-        if missing:
-            raise BadOverrides(
-                f"error: {path}: the header must be `{','.join(OVERRIDE_COLUMNS)}` "
-                f"(missing {', '.join(missing)}); nothing was graded"
-            )
-        for row in reader:
-            line = reader.line_num
-            student, column = (row["student_id"] or "").strip(), (row["column"] or "").strip()
-            value, note = (row["value"] or "").strip(), (row.get("note") or "").strip()
-            where = f"error: {path}, line {line}"
-            if student not in students:
-                raise BadOverrides(
-                    f"{where}: no student {student!r} in grades.csv or in this batch; "
-                    "fix or delete the line (nothing was graded)"
-                )
-            if column not in allowed:
-                raise BadOverrides(
-                    f"{where}: {column!r} is not a column that can be overridden (score, "
-                    "core/kv/block, todoN, a grade cell id or a column you added to grades.csv); "
-                    "nothing was graded"
-                )
-            try:
-                number = float(value)
-            except ValueError:
-                number = math.nan
-            if not math.isfinite(number):
-                raise BadOverrides(f"{where}: value {value!r} is not a number; nothing was graded")
-            top = maxima.get(column)
-            if top is not None and not 0 <= number <= top:
-                raise BadOverrides(
-                    f"{where}: value {value} is outside 0..{fmt(top)}, the points {column} can "
-                    "hold; fix the value (nothing was graded)"
-                )
-            if (student, column) in seen:
-                raise BadOverrides(
-                    f"{where}: {student} {column} is already overridden on line "
-                    f"{seen[student, column]}; keep one of the two (nothing was graded)"
-                )
-            seen[student, column] = line
-            found.setdefault(student, []).append(
-                {"column": column, "value": fmt(number), "note": note, "line": line}
-            )
-    return found
-
-
-def apply_overrides(row: dict, overrides: list[dict]) -> dict:
-    """A copy of `row` with `overrides` set, lowest level first, and what depends on them."""
-    row = dict(row)
-    level = {"cell": 0, "todo": 1, "part": 2, "score": 3, "other": 4}
-
-    def kind(column):
-        if todo_number(column) is not None:
-            return "cell"
-        if _TODO_COLUMN.match(column):
-            return "todo"
-        if any(column == part.key for part in PARTS):
-            return "part"
-        return "score" if column == "score" else "other"
-
-    fixed: set[str] = set()
-    for override in sorted(overrides, key=lambda o: level[kind(o["column"])]):
-        row[override["column"]] = override["value"]
-        fixed.add(override["column"])
-        recompute(row, fixed)
-    return row
-
-
 def read_grades(path: Path) -> tuple[list[str], dict[str, dict]]:
     """(header, rows by student) of an existing grades.csv; the BOM is optional."""
     if not path.exists():
@@ -247,25 +116,6 @@ def read_grades(path: Path) -> tuple[list[str], dict[str, dict]]:
     with open_csv(path) as handle:
         reader = csv.DictReader(handle)
         return list(reader.fieldnames or []), {row["student_id"]: row for row in reader}
-
-
-def open_csv(path: Path) -> io.StringIO:
-    """A CSV file the instructor may have saved from Excel: UTF-8 (a BOM or not), else GBK.
-
-    Excel on a Chinese-locale Windows saves "CSV (逗号分隔)" in GBK; GB 18030 reads it.
-    """
-    data = path.read_bytes()
-    try:
-        return io.StringIO(data.decode("utf-8-sig"), newline="")
-    except UnicodeDecodeError:
-        pass
-    try:
-        return io.StringIO(data.decode("gb18030"), newline="")
-    except UnicodeDecodeError as error:
-        raise SystemExit(
-            f"error: {path} is neither UTF-8 nor GBK (byte {error.start}); save it as "
-            '"CSV UTF-8" and run again (nothing was graded)'
-        ) from None
 
 
 def write_grades(
@@ -315,18 +165,6 @@ def merged_header(kit: list[str], old: list[str]) -> list[str]:
         anchor = next((o for o in reversed(old[:index]) if o in names), None)
         names.insert(names.index(anchor) + 1 if anchor else 0, name)
     return names
-
-
-def write_csv(path: Path, names: list[str], rows, *, extra_rows=()) -> None:
-    """Write atomically, UTF-8 with a BOM; `extra_rows` (lists) go right after the header."""
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="", encoding="utf-8-sig") as handle:
-        writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore", restval="")
-        writer.writeheader()
-        for extra in extra_rows:
-            csv.writer(handle).writerow(extra)
-        writer.writerows(rows)
-    tmp.replace(path)
 
 
 def max_score_warning(rows) -> str:
@@ -391,19 +229,3 @@ def summary_table(outcomes, rows: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def counted_score(scores: dict) -> float:
-    """The points of `scores` ({grade_id: (score, max)}) that count toward `score`."""
-    return sum(s for g, (s, _) in scores.items() if part_of(g) is not None and part_of(g).counted)
-
-
-def num(text) -> float:
-    """A cell of grades.csv as a number (empty: 0)."""
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return 0.0
-
-
-def fmt(value: float) -> str:
-    """Points without a trailing .0."""
-    return f"{value:g}"
