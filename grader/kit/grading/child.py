@@ -1,4 +1,4 @@
-"""Grade one submission in a process forked from the batch grader (`autograde.py`).
+"""Grade one submission in a process forked from the batch's pool (`pool.py`).
 
 The fork starts with nbgrader, nbconvert, nbclient and jupyter_client already imported by its
 parent (about 3 s a submission that a fresh process would spend). `grade_in_child` gives the

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RosterError, UnreadableCsv
-from ..report.grades import open_csv
+from ..report.formats import open_csv
 
 
 @dataclass

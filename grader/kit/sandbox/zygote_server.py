@@ -3,7 +3,7 @@ that imported torch and ipykernel once, into Linux namespaces of its own.
 
     python zygote_server.py SOCKET PARENT_PID
 
-Started by the batch grader (`grade_one.Zygote`) once a batch; once it has tested the sandbox
+Started by the batch grader (`zygote_client.Zygote`) once a batch; once it has tested the sandbox
 and imported what kernels need it prints "ready" (or "unavailable: <why>", or an import's
 traceback, and exits), then serves the kernel launcher (`launcher.py`) on the Unix socket
 SOCKET until it is killed; it dies with PARENT_PID. Its self-test binds the Python trees
@@ -432,7 +432,7 @@ def self_test(listener: socket.socket, user_namespace: bool) -> str | None:
         "check": True,
         "user_namespace": user_namespace,
         "cgroups": [],
-        # What the grader gives every kernel (grade_one.python_roots), passed to the zygote.
+        # What the grader gives every kernel (kernel_setup.python_roots), passed to the zygote.
         "python_roots": [
             p for p in os.environ.get("CH34_SANDBOX_PYTHON", "").split(os.pathsep) if p
         ],
