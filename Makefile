@@ -47,13 +47,13 @@ export-tools:
 # The solutions for students, after the deadline: export/ch34_prefix_cache_solutions.html (maths
 # as MathML, works offline) and .pdf.
 export: $(STAMP) export-tools
-	$(PY) -m grader.kit.export --out export
+	$(PY) -m grader.kit.publish.export --out export
 
 notebooks: $(STAMP)
-	$(PY) -m grader.kit.build notebooks
+	$(PY) -m grader.kit.authoring.build notebooks
 
 solutions: $(STAMP)
-	$(PY) -m grader.kit.build solutions
+	$(PY) -m grader.kit.authoring.build solutions
 
 build/grading-course/gradebook.db:
 	$(MAKE) notebooks
@@ -61,7 +61,7 @@ build/grading-course/gradebook.db:
 # Grade the bundled examples (correct, untouched, partly wrong) and print the table.
 examples: $(STAMP) sandbox build/grading-course/gradebook.db
 	rm -rf build/examples build/examples-report
-	$(PY) -m grader.kit.submissions build/examples
+	$(PY) -m grader.kit.authoring.examples build/examples
 	$(PY) -m grader.kit.autograde build/examples --report build/examples-report --jobs $(JOBS)
 
 # Who would be graded, under which id, from which file and why (REPORT/intake.csv); grades nothing.
@@ -91,7 +91,7 @@ bench: $(STAMP) sandbox build/grading-course/gradebook.db
 # torch 2.3.1), and the floor (3.10, torch 1.11). One throwaway venv each under build/compat/ from the
 # Pythons in ~/.pyenv/versions (several GB of wheels each, removed after its run): not in `make test`.
 compat: $(STAMP)
-	$(PY) -m grader.kit.compat --matrix
+	$(PY) -m grader.kit.publish.compat --matrix
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check grader tests bench

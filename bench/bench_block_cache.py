@@ -30,7 +30,7 @@ import timeit
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grader.kit.nbsource import SOURCE_PATH, read_source, solution_namespace
+from grader.kit.authoring.nbsource import SOURCE_PATH, read_source, solution_namespace
 
 BLOCK_SIZE = 16
 NUM_SYSTEM_PROMPTS = 8

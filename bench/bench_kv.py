@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
-from grader.kit.nbsource import solution_namespace  # noqa: E402
+from grader.kit.authoring.nbsource import solution_namespace  # noqa: E402
 
 NUM_TOKENS = 1024
 GOAL_HIT_RATIO = 0.9

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from grader.kit.nbsource import SOURCE_PATH, solution_namespace
+from grader.kit.authoring.nbsource import SOURCE_PATH, solution_namespace
 
 BUDGETS = (256, 512, 1024, 2048, 4096, 8192)
 METRICS = (

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
-from grader.kit.nbsource import REPO_ROOT, solution_namespace  # noqa: E402
+from grader.kit.authoring.nbsource import REPO_ROOT, solution_namespace  # noqa: E402
 
 TOLERANCE = 0.02  # synthetic peak vs analytic size: the CUDA allocator rounds blocks to 512 bytes
 MAX_ABS_DIFF = 1e-3  # chunked vs one-shot logits, float32
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         memory = namespace["CudaMemory"](torch, device)
         config = namespace["CHUNK_GPU_PROBE"]
     else:
-        from grader.kit.cpu_memory import CpuMemory
+        from bench.cpu_memory import CpuMemory
 
         device, memory, config = torch.device("cpu"), CpuMemory(), CPU_CONFIG
     result = namespace["probe_on_device"](torch, config, device, memory)

@@ -14,7 +14,7 @@ c.Execute.interrupt_on_timeout = True
 c.LimitOutput.max_lines = 200
 c.LimitOutput.max_traceback = 60
 
-# The kit writes its own feedback pages (grader/kit/feedback.py). For an instructor who runs
+# The kit writes its own feedback pages (grader/kit/report/feedback.py). For an instructor who runs
 # nbgrader's `generate_feedback` (or formgrader's feedback button) on a course anyway: it must never
 # show hidden tests. ClearHiddenTests removes them from the cells' source, but nbgrader's default
 # list leaves it out, and it cannot reach the outputs: a failed grade cell's traceback quotes the

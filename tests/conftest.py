@@ -15,7 +15,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from grader.kit.nbsource import (  # noqa: E402
+from grader.kit.authoring.examples import filled_submission  # noqa: E402
+from grader.kit.authoring.nbsource import (  # noqa: E402
     NOTEBOOK_NAME,
     PARTS,
     nbgrader_meta,
@@ -23,7 +24,6 @@ from grader.kit.nbsource import (  # noqa: E402
     read_source,
     strip_solution_markers,
 )
-from grader.kit.submissions import filled_submission  # noqa: E402
 from tests import fixtures  # noqa: E402
 
 # Two tiers. `make test-fast` (`pytest -m "not slow"`) runs what needs no Jupyter kernel, no
@@ -107,7 +107,7 @@ def fresh_build(tmp_path_factory):
     """The kit generated from the source into a temporary root: notebooks/, solutions/, build/."""
     out = tmp_path_factory.mktemp("fresh-build")
     subprocess.run(
-        [sys.executable, "-m", "grader.kit.build", "all", "--out", str(out)],
+        [sys.executable, "-m", "grader.kit.authoring.build", "all", "--out", str(out)],
         cwd=REPO_ROOT,
         check=True,
         capture_output=True,

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from grader.kit.nbsource import NOTEBOOK_NAME
-from grader.kit.report import grade_columns
+from grader.kit.authoring.nbsource import NOTEBOOK_NAME
+from grader.kit.report.grades import grade_columns
 from tests.conftest import autograde, read_nb
 from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS, with_scratch_cell
 

@@ -8,9 +8,9 @@ import sys
 import nbformat
 import pytest
 
-from grader.kit.nbsource import PARTS, REPO_ROOT, part_of, todo_number
-from grader.kit.report import grade_columns
-from grader.kit.submissions import filled_submission
+from grader.kit.authoring.examples import filled_submission
+from grader.kit.authoring.nbsource import PARTS, REPO_ROOT, part_of, todo_number
+from grader.kit.report.grades import grade_columns
 from tests.conftest import ALL_TODOS, all_mistakes, autograde, read_nb
 from tests.fixtures.mistakes_core import MISTAKES as CORE
 
@@ -122,7 +122,7 @@ def test_visible_checks_pass_on_the_reference_and_ask_for_the_todos_on_the_relea
 
 
 def test_a_failing_cell_shows_the_learner_where_and_which_line_raised(graded_batch):
-    """Graded kernels print plain tracebacks (grade_one.KERNEL_IPYTHON_CONFIG, for speed): the
+    """Graded kernels print plain tracebacks (sandbox/kernel_setup.KERNEL_IPYTHON_CONFIG, for speed): the
     page must still give each frame's cell, line number and code, and no terminal colours."""
     untouched = [text for g, text in feedback_failures(graded_batch, "untouched-release") if not g]
     first = untouched[0]

@@ -19,7 +19,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from grader.kit.nbsource import solution_namespace
+from grader.kit.authoring.nbsource import solution_namespace
 
 
 @lru_cache(maxsize=1)

@@ -14,7 +14,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from grader.kit.nbsource import (
+from grader.kit.authoring.nbsource import (
     load_checks,
     named_checks,
     nbgrader_meta,

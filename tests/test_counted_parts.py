@@ -3,7 +3,7 @@
 
 import pytest
 
-from grader.kit.nbsource import (
+from grader.kit.authoring.nbsource import (
     DEFAULT_COUNTED_PARTS,
     PARTS,
     load_parts,
@@ -11,7 +11,7 @@ from grader.kit.nbsource import (
     points_texts,
     read_source,
 )
-from grader.kit.report import max_score
+from grader.kit.report.grades import max_score
 
 SOURCE = read_source()
 
@@ -54,7 +54,7 @@ def test_the_default_setting_makes_the_score_out_of_160():
 
 
 def _grade_points():
-    from grader.kit.nbsource import nbgrader_meta
+    from grader.kit.authoring.nbsource import nbgrader_meta
 
     return [
         (nbgrader_meta(c)["grade_id"], nbgrader_meta(c)["points"])

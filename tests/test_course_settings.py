@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from grader.kit.nbsource import COURSE_SETTINGS, colab_texts, colab_url, github_repo
+from grader.kit.authoring.nbsource import COURSE_SETTINGS, colab_texts, colab_url, github_repo
 
 
 def settings(tmp_path, value: str):

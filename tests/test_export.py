@@ -16,8 +16,8 @@ import pytest
 import websocket
 from PIL import Image
 
-from grader.kit.export import HTML_NAME, PDF_NAME, browser, markdown_with_mathml
-from grader.kit.nbsource import REPO_ROOT
+from grader.kit.authoring.nbsource import REPO_ROOT
+from grader.kit.publish.export import HTML_NAME, PDF_NAME, browser, markdown_with_mathml
 
 RAW_TEX = re.compile(r"\$[^$\s][^$]*\$|\\frac|\\,")
 
@@ -28,7 +28,7 @@ def exported(tmp_path_factory):
         assert shutil.which(tool), f"{tool} is missing: run `make export-tools` (poppler-utils)"
     out = tmp_path_factory.mktemp("export")
     run = subprocess.run(
-        [sys.executable, "-m", "grader.kit.export", "--out", str(out)],
+        [sys.executable, "-m", "grader.kit.publish.export", "--out", str(out)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

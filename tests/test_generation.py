@@ -6,7 +6,7 @@ import sys
 
 import nbformat
 
-from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT
+from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from tests.conftest import read_nb
 
 
@@ -72,7 +72,15 @@ def test_solutions_notebook_is_executed_with_every_test_passing(fresh_build):
 
 def build_solutions(out, *extra):
     return subprocess.run(
-        [sys.executable, "-m", "grader.kit.build", "solutions", "--no-execute", "--out", str(out)]
+        [
+            sys.executable,
+            "-m",
+            "grader.kit.authoring.build",
+            "solutions",
+            "--no-execute",
+            "--out",
+            str(out),
+        ]
         + list(extra),
         cwd=REPO_ROOT,
         check=True,

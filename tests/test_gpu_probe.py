@@ -1,5 +1,5 @@
 """The GPU probe, the notebook's last cell: dry run without torch, its two clear errors, and its
-whole real path run on the CPU (the notebook's own code, through `grader.kit.cpu_memory`)."""
+whole real path run on the CPU (the notebook's own code, through `bench/cpu_memory.py`)."""
 
 import ast
 import subprocess
@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from grader.kit.cpu_memory import CpuMemory, CpuOutOfMemoryError
-from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT, read_source, solution_namespace
+from bench.cpu_memory import CpuMemory, CpuOutOfMemoryError
+from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT, read_source, solution_namespace
 from tests.conftest import read_nb
 
 PROBE = read_nb(REPO_ROOT / "notebooks" / NOTEBOOK_NAME).cells[-1].source

@@ -11,18 +11,19 @@ import re
 import nbformat
 import pytest
 
-from grader.kit import feedback, lms, summary
-from grader.kit.autograde import Outcome, stale_ids
-from grader.kit.intake import discover
-from grader.kit.nbsource import ASSIGNMENT, PARTS
-from grader.kit.report import (
-    BadOverrides,
+from grader.kit.authoring.nbsource import ASSIGNMENT, PARTS
+from grader.kit.errors import BadOverrides
+from grader.kit.grading.outcome import Outcome
+from grader.kit.intake.inventory import discover
+from grader.kit.report import feedback, lms, summary
+from grader.kit.report.grades import (
     column_maxima,
     fmt,
     part_columns,
     read_overrides,
     summary_table,
 )
+from grader.kit.report.writer import stale_ids
 from tests.test_lms_exports import NOTEBOOK, canvas_file, moodle_path, moodle_prefix, write
 
 # One grade cell per part: enough to compute every subtotal without the real notebook.

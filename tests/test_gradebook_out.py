@@ -17,12 +17,13 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from grader.kit import formgrader
-from grader.kit.autograde import Outcome
-from grader.kit.build import source_notebook
-from grader.kit.nbsource import ASSIGNMENT, NOTEBOOK_NAME, PARTS, part_of, todo_number
-from grader.kit.report import BadOverrides, grade_columns, max_score_warning, read_overrides
-from grader.kit.submissions import PARTLY_WRONG_EDITS, filled_submission
+from grader.kit.authoring.build import source_notebook
+from grader.kit.authoring.examples import PARTLY_WRONG_EDITS, filled_submission
+from grader.kit.authoring.nbsource import ASSIGNMENT, NOTEBOOK_NAME, PARTS, part_of, todo_number
+from grader.kit.errors import BadOverrides
+from grader.kit.grading.outcome import Outcome
+from grader.kit.report import gradebook
+from grader.kit.report.grades import grade_columns, max_score_warning, read_overrides
 from tests.conftest import ALL_POINTS, ALL_TODOS, COUNTED_POINTS, autograde, read_nb
 
 BOM = b"\xef\xbb\xbf"
@@ -325,8 +326,8 @@ def test_a_glob_character_student_id_goes_into_nbgraders_gradebook(batch, tmp_pa
     autograded = report / "nbgrader" / "autograded" / "张三" / ASSIGNMENT / NOTEBOOK_NAME
     scores = {g: (p, p) for g, p in grade_columns(batch["release"])}
     student = "Wang Wu [final]*?"
-    formgrader.keep_notebook(report, student, autograded.read_bytes())
-    held = formgrader.record(report, [Outcome(student, "graded", scores=scores)])
+    gradebook.keep_notebook(report, student, autograded.read_bytes())
+    held = gradebook.record(report, [Outcome(student, "graded", scores=scores)])
     assert held == 3
     run = subprocess.run(
         [sys.executable, "-m", "nbgrader", "export", "--to", "exported.csv"],

@@ -14,11 +14,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.kit import feedback
-from grader.kit.autograde import FAULT_AFTER, Outcome, fault_in
-from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
-from grader.kit.normalize import normalize_submission
-from grader.kit.submissions import filled_submission
+from grader.kit.authoring.examples import filled_submission
+from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
+from grader.kit.grading.batch import FAULT_AFTER, fault_in
+from grader.kit.grading.outcome import Outcome
+from grader.kit.intake.normalize import normalize_submission
+from grader.kit.report import feedback
 from tests.conftest import COUNTED_POINTS, autograde, read_nb
 from tests.fixtures.mistakes_core import NORMALIZE
 

@@ -13,11 +13,11 @@ import zipfile
 import nbformat
 import pytest
 
-from grader.kit.autograde import page_name
-from grader.kit.intake import ExportCollector, IntakeError, discover
-from grader.kit.layouts import copy_number
-from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT
-from grader.kit.submissions import filled_submission
+from grader.kit.authoring.examples import filled_submission
+from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
+from grader.kit.intake.inventory import ExportCollector, IntakeError, discover
+from grader.kit.intake.layouts import copy_number
+from grader.kit.paths import page_name
 from tests.conftest import NB, autograde, read_nb, write
 
 ROSTER = """\

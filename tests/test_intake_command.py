@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from grader.kit.nbsource import REPO_ROOT
+from grader.kit.authoring.nbsource import REPO_ROOT
 from tests.test_lms_exports import (
     CLASS,
     NOTEBOOK,

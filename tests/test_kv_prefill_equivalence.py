@@ -14,7 +14,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grader.kit.nbsource import solution_namespace
+from grader.kit.authoring.nbsource import solution_namespace
 
 ATOL, RTOL = 1e-5, 1e-4
 VOCAB = 64

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grader.kit.intake import discover
+from grader.kit.intake.inventory import discover
 from tests.conftest import NB, write
 
 NOTEBOOK = "ch34_prefix_cache.ipynb"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nbformat import v4
 
-from grader.kit.normalize import Ungradable, normalize_submission, repairs_summary
+from grader.kit.intake.normalize import Ungradable, normalize_submission, repairs_summary
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_NOTEBOOK = REPO_ROOT / "notebooks" / "ch34_prefix_cache.ipynb"

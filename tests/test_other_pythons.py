@@ -17,8 +17,8 @@ import subprocess
 
 import pytest
 
-from grader.kit.build import execute
-from grader.kit.nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
+from grader.kit.authoring.build import execute
+from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
 from tests.conftest import read_nb
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.kit.build import SOLUTIONS_ONLY, execute, source_notebook
-from grader.kit.nbsource import (
+from grader.kit.authoring.build import SOLUTIONS_ONLY, execute, source_notebook
+from grader.kit.authoring.nbsource import (
     CHECKS_DIR,
     NOTEBOOK_NAME,
     REPO_ROOT,
@@ -246,7 +246,7 @@ def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(
 
 
 def test_first_cell_and_each_part_heading_give_the_points_and_whether_they_count():
-    from grader.kit.nbsource import part_of
+    from grader.kit.authoring.nbsource import part_of
 
     cells = release().cells
     grades = [nbgrader_meta(c) for c in cells if nbgrader_meta(c).get("grade")]

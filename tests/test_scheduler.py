@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grader.kit.nbsource import read_source, solution_namespace
+from grader.kit.authoring.nbsource import read_source, solution_namespace
 
 NS = solution_namespace(read_source())
 Request, Scheduler, ListPrefixCache = NS["Request"], NS["Scheduler"], NS["ListPrefixCache"]

@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import pytest
 
-from grader.kit.nbsource import nbgrader_meta, read_source, solution_namespace
+from grader.kit.authoring.nbsource import nbgrader_meta, read_source, solution_namespace
 
 LINEAR = (
     1e-2,

@@ -15,7 +15,12 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from grader.kit.nbsource import nbgrader_meta, read_source, strip_solution_markers, todo_number
+from grader.kit.authoring.nbsource import (
+    nbgrader_meta,
+    read_source,
+    strip_solution_markers,
+    todo_number,
+)
 from tests.conftest import all_mistakes
 
 SOURCE = read_source()

@@ -18,16 +18,12 @@ import pytest
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from grader.kit import cgroups
-from grader.kit.build import kernel_tempdir
-from grader.kit.grade_one import (
-    KERNEL_NAME,
-    Limits,
-    Zygote,
-    kernel_settings,
-    prepare_kernel,
-)
-from grader.kit.nbsource import REPO_ROOT
+from grader.kit.authoring.build import kernel_tempdir
+from grader.kit.authoring.nbsource import REPO_ROOT
+from grader.kit.grading.limits import Limits
+from grader.kit.sandbox import cgroups
+from grader.kit.sandbox.kernel_setup import KERNEL_NAME, kernel_settings, prepare_kernel
+from grader.kit.sandbox.zygote_client import Zygote
 
 
 @pytest.fixture(scope="module", params=["user-namespace", "root-without-user-namespace"])
@@ -365,6 +361,6 @@ def test_zygote_gone_means_its_kernels_are_gone(workdirs):
 
 def test_the_zygote_shows_kernels_the_same_system_paths_as_bubblewrap():
     # Two standalone scripts (neither may import the other's folder): one whitelist between them.
-    from grader.kit import sandbox, zygote
+    from grader.kit.sandbox import launcher, zygote_server
 
-    assert zygote.SYSTEM_PATHS == sandbox.SYSTEM_PATHS
+    assert zygote_server.SYSTEM_PATHS == launcher.SYSTEM_PATHS

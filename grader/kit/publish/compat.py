@@ -1,7 +1,7 @@
 """Run the reference notebook, every cell, in a kernel of another Python environment.
 
-    python -m grader.kit.compat VENV       one environment you built
-    python -m grader.kit.compat --matrix   the learners' platforms (`make compat`)
+    python -m grader.kit.publish.compat VENV       one environment you built
+    python -m grader.kit.publish.compat --matrix   the learners' platforms (`make compat`)
 
 The executed notebook is the solutions notebook with its outputs cleared: the core part, the torch
 parts (KV cache, cached and chunked prefill, the measurements) and the GPU probe's dry run. The GPU
@@ -24,8 +24,9 @@ from pathlib import Path
 
 import nbformat
 
-from .build import execute, kernel_tempdir
-from .nbsource import NOTEBOOK_NAME, REPO_ROOT
+from ..authoring.build import execute, kernel_tempdir
+from ..errors import KitError, exit_with
+from ..paths import COMPAT_VENVS, REPO_ROOT, SOLUTIONS_NOTEBOOK
 
 VERSIONS = "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')"
 # What the probe's CudaMemory adapter calls (OutOfMemoryError has a fallback: torch < 1.13 lacks it).
@@ -67,7 +68,7 @@ def matrix() -> int:
         if python is None:
             results.append((label, f"no Python {version} here"))
             continue
-        venv = REPO_ROOT / "build" / "compat" / f"py{version}"
+        venv = REPO_ROOT / COMPAT_VENVS / f"py{version}"
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([python, "-m", "venv", str(venv)], check=True)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-cache-dir"]
@@ -89,12 +90,20 @@ def matrix() -> int:
 
 
 def main(argv=None) -> int:
+    """The command line: the kit's errors become their message and exit status."""
+    try:
+        return run(argv)
+    except KitError as error:
+        return exit_with(error)
+
+
+def run(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--matrix"]:
         return matrix()
     if len(args) != 1 or not (Path(args[0]) / "bin" / "python").exists():
         print(
-            "usage: python -m grader.kit.compat VENV  (a venv with torch and ipykernel)",
+            "usage: python -m grader.kit.publish.compat VENV  (a venv with torch and ipykernel)",
             file=sys.stderr,
         )
         return 2
@@ -104,7 +113,7 @@ def main(argv=None) -> int:
     missing = subprocess.run([python, "-c", MISSING], capture_output=True, text=True, check=True)
     install = [python, "-m", "ipykernel", "install", "--prefix", str(venv), "--name", "compat"]
     subprocess.run(install, check=True, capture_output=True)
-    nb = nbformat.read(REPO_ROOT / "solutions" / NOTEBOOK_NAME, as_version=4)
+    nb = nbformat.read(REPO_ROOT / SOLUTIONS_NOTEBOOK, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None

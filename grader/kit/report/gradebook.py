@@ -38,10 +38,11 @@ from nbgrader.api import (
 )
 from traitlets.config.loader import PyFileConfigLoader
 
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME
+from .. import paths
+from ..paths import ASSIGNMENT
 
-COURSE_FOLDER = "nbgrader"  # under the report folder
-NOTEBOOK = NOTEBOOK_NAME[: -len(".ipynb")]
+COURSE_FOLDER = paths.NBGRADER_COURSE  # under the report folder
+NOTEBOOK = paths.NOTEBOOK_ID
 REVIEWABLE = ("graded", "flagged")
 
 
@@ -56,8 +57,8 @@ def ensure_course(report_dir: Path, template: Path, progress=sys.stderr) -> Path
     aside to `nbgrader-before-<time>/`, said on `progress`, and a new one is made.
     """
     course = course_dir(report_dir)
-    source = Path("source") / ASSIGNMENT / NOTEBOOK_NAME
-    if course.exists() and not filecmp.cmp(course / source, template / source, shallow=False):
+    source = paths.course_source_notebook
+    if course.exists() and not filecmp.cmp(source(course), source(template), shallow=False):
         aside = report_dir / f"{COURSE_FOLDER}-before-{time.strftime('%Y%m%d-%H%M%S')}"
         course.rename(aside)
         print(
@@ -84,11 +85,11 @@ def read_autograded(autograded: str) -> bytes | None:
 
 def keep_notebook(report_dir: Path, student_id: str, notebook: bytes | None) -> None:
     """Put a graded submission's autograded notebook (`read_autograded`) into the course."""
-    target = course_dir(report_dir) / "autograded" / student_id / ASSIGNMENT
-    shutil.rmtree(target, ignore_errors=True)
+    target = paths.autograded_notebook(course_dir(report_dir), student_id)
+    shutil.rmtree(target.parent, ignore_errors=True)
     if notebook is not None:
-        target.mkdir(parents=True)
-        (target / NOTEBOOK_NAME).write_bytes(notebook)
+        target.parent.mkdir(parents=True)
+        target.write_bytes(notebook)
 
 
 def record(report_dir: Path, outcomes, overrides: dict | None = None) -> int:
@@ -114,7 +115,7 @@ def record(report_dir: Path, outcomes, overrides: dict | None = None) -> int:
                 student = students[outcome.student_id] = Student(id=outcome.student_id)
                 gradebook.db.add(student)
             submission = submissions.get(outcome.student_id)
-            notebook_file = course / "autograded" / outcome.student_id / ASSIGNMENT / NOTEBOOK_NAME
+            notebook_file = paths.autograded_notebook(course, outcome.student_id)
             if outcome.status not in REVIEWABLE or not notebook_file.exists():
                 if submission is not None:  # nothing left to review
                     gone.append(outcome.student_id)

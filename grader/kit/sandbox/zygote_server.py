@@ -1,13 +1,13 @@
 """Pre-imported kernels: every notebook kernel of a batch is forked from one process (the zygote)
 that imported torch and ipykernel once, into Linux namespaces of its own.
 
-    python zygote.py SOCKET PARENT_PID
+    python zygote_server.py SOCKET PARENT_PID
 
-Started by the batch grader (`grade_one.Zygote`) once a batch; once it has tested the sandbox
+Started by the batch grader (`zygote_client.Zygote`) once a batch; once it has tested the sandbox
 and imported what kernels need it prints "ready" (or "unavailable: <why>", or an import's
-traceback, and exits), then serves the kernel launcher (`sandbox.py`) on the Unix socket
+traceback, and exits), then serves the kernel launcher (`launcher.py`) on the Unix socket
 SOCKET until it is killed; it dies with PARENT_PID. Its self-test binds the Python trees
-named in CH34_SANDBOX_PYTHON, as every kernel's request will. Imports nothing from the repository: like `sandbox.py` it
+named in CH34_SANDBOX_PYTHON, as every kernel's request will. Imports nothing from the repository: like `launcher.py` it
 runs with an unknown working directory.
 
 Why: a kernel that starts from nothing spends about 3 CPU-s importing torch, IPython and
@@ -22,7 +22,7 @@ builds the same sandbox itself, with the same system calls bubblewrap makes:
         │       capability, reaps orphans; when the kernel ends, everything in here ends
         └ kernel  PID 2: limits, environment, argv as `python -m ipykernel_launcher`; runs it
 
-The kernel's file system is bubblewrap's whitelist from `sandbox.py`: /dev with the usual
+The kernel's file system is bubblewrap's whitelist from `launcher.py`: /dev with the usual
 devices only, its own /proc (with /proc/sys, sysrq-trigger, irq and bus read-only, as
 bubblewrap covers them), a private /tmp and /dev/shm, the system's programs and libraries
 and the Python installations read-only (sub-mounts too: /sys/fs/cgroup stays read-only), the
@@ -33,7 +33,7 @@ namespace it creates itself gets these mounts locked, as the kernel documents fo
 copied into a less privileged namespace. Loopback is its only network interface.
 
 Protocol (SOCK_SEQPACKET, one message each way): the launcher sends a JSON request (see
-`sandbox.py`) with the kernel log's file descriptor attached; the zygote answers
+`launcher.py`) with the kernel log's file descriptor attached; the zygote answers
 "exit <status>" when the kernel has ended. A launcher that goes away (killed by
 jupyter_client or by the grader's reaper) takes its kernel with it: the zygote SIGKILLs the
 monitor, and each process below has a parent-death signal.
@@ -46,6 +46,7 @@ import os
 import platform
 import re
 import resource
+import runpy
 import selectors
 import signal
 import socket
@@ -78,10 +79,12 @@ SYSCALLS = {
     "aarch64": {"pivot_root": 41, "capset": 91},
 }
 
-# What the kernel sees: the same list as sandbox.py's bubblewrap command line.
-SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
-DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # no /dev/pts: no terminals
-PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
+# What the kernel sees: the whitelist bubblewrap's command line (launcher.py) is built from too,
+# read by its path (this script imports nothing of the kit).
+WHITELIST = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "whitelist.py"))
+SYSTEM_PATHS = WHITELIST["SYSTEM_PATHS"]
+DEVICES = WHITELIST["DEVICES"]
+PROC_COVERED = WHITELIST["PROC_COVERED"]
 # What every kernel imports for itself, listed from a graded kernel's sys.modules: torch
 # (about 2.5 CPU-s), IPython and ipykernel (0.5), then what the kernel imports as it starts:
 # its debugger (debugpy), completion and inspection helpers, tornado's queues; and what
@@ -104,7 +107,6 @@ PRELOAD = (
 )
 
 libc = ctypes.CDLL(None, use_errno=True)
-USER_NAMESPACE = True  # whether kernels get one: the way the self-test found to work
 
 
 def check(result: int, what: str) -> None:
@@ -140,8 +142,10 @@ def set_death_signal(parent: int) -> None:
 # --- the zygote --------------------------------------------------------------------------
 
 
-def serve(listener: socket.socket) -> None:
-    """Fork a monitor for each request; answer each launcher when its kernel ended."""
+def serve(listener: socket.socket, user_namespace: bool) -> None:
+    """Fork a monitor for each request; answer each launcher when its kernel ended.
+
+    `user_namespace`: whether kernels get one (the way the self-test found to work)."""
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
     launchers = {}  # monitor pid -> the launcher's connection
@@ -149,7 +153,7 @@ def serve(listener: socket.socket) -> None:
         for key, _ in selector.select(timeout=0.05):
             if key.fileobj is listener:
                 connection, _ = listener.accept()
-                monitor = accept_request(connection, selector, listener, launchers)
+                monitor = accept_request(connection, selector, listener, launchers, user_namespace)
                 if monitor is None:
                     connection.close()
                     continue
@@ -180,12 +184,12 @@ def serve(listener: socket.socket) -> None:
                 connection.close()
 
 
-def accept_request(connection, selector, listener, launchers) -> int | None:
+def accept_request(connection, selector, listener, launchers, user_namespace) -> int | None:
     """Read one request and fork its monitor; the monitor's pid, or None for a bad request."""
     fds = []
     try:
         message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 1)
-        request = {**json.loads(message), "user_namespace": USER_NAMESPACE}
+        request = {**json.loads(message), "user_namespace": user_namespace}
         if len(fds) != 1:
             raise ValueError("one file descriptor (the kernel's log) expected")
     except (OSError, ValueError):  # only the grader's own launchers can reach the socket
@@ -428,7 +432,7 @@ def self_test(listener: socket.socket, user_namespace: bool) -> str | None:
         "check": True,
         "user_namespace": user_namespace,
         "cgroups": [],
-        # What the grader gives every kernel (grade_one.python_roots), passed to the zygote.
+        # What the grader gives every kernel (kernel_setup.python_roots), passed to the zygote.
         "python_roots": [
             p for p in os.environ.get("CH34_SANDBOX_PYTHON", "").split(os.pathsep) if p
         ],
@@ -460,7 +464,7 @@ def main() -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(socket_path)
     listener.listen(64)  # launchers wait here while the imports below run
-    global USER_NAMESPACE
+    user_namespace = True
     if not sys.platform.startswith("linux") or platform.machine() not in SYSCALLS:
         problem = f"needs Linux on {' or '.join(SYSCALLS)}"
     else:
@@ -473,7 +477,7 @@ def main() -> None:
         for way in ways:
             problem = self_test(listener, way)
             if problem is None:
-                USER_NAMESPACE = way
+                user_namespace = way
                 break
     if problem:
         print(f"unavailable: {problem}", flush=True)
@@ -487,7 +491,7 @@ def main() -> None:
     os.dup2(null, 1)
     os.dup2(null, 2)
     os.close(null)
-    serve(listener)
+    serve(listener, user_namespace)
 
 
 if __name__ == "__main__":

@@ -30,10 +30,11 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import IntakeError
 from . import layouts
-from .collector import ExportCollector, IntakeError
+from .collector import ExportCollector
 from .identify import choose, identify, when_of
-from .roster import Roster, RosterError
+from .roster import Roster
 from .unpack import extract, walk
 
 UNKNOWN = "student unknown"
@@ -181,10 +182,7 @@ def discover(path, roster=None, pattern: str | None = None) -> Intake:
             f"{path} does not exist: "
             "pass SUBMISSIONS=<folder or .zip of the downloaded submissions>"
         )
-    try:
-        table = Roster.read(Path(roster)) if roster else None
-    except RosterError as error:
-        raise IntakeError(str(error)) from None
+    table = Roster.read(Path(roster)) if roster else None  # a RosterError is an IntakeError
     collector = ExportCollector(pattern)
     intake = Intake([], [], Path(tempfile.mkdtemp(prefix="ch34-intake-")), roster=table)
     sink = Sink(intake.scratch)

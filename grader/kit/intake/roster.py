@@ -15,11 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .report import open_csv
-
-
-class RosterError(Exception):
-    """The roster cannot be used; the message says what to fix."""
+from ..errors import RosterError, UnreadableCsv
+from ..report.formats import open_csv
 
 
 @dataclass
@@ -35,7 +32,7 @@ class Roster:
             raise RosterError(f"roster {path} does not exist: check ROSTER=")
         try:
             handle = open_csv(path)
-        except SystemExit as error:  # neither UTF-8 nor GBK
+        except UnreadableCsv as error:  # neither UTF-8 nor GBK
             raise RosterError(str(error).removeprefix("error: ")) from None
         with handle:
             reader = csv.DictReader(handle)

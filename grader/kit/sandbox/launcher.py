@@ -1,8 +1,8 @@
 """Start one notebook kernel in the sandbox (the kernelspec's argv points here): forked from the
-batch's zygote (`zygote.py`) when there is one, else afresh inside bubblewrap.
+batch's zygote (`zygote_server.py`) when there is one, else afresh inside bubblewrap.
 
-    python sandbox.py {connection_file}
-    python sandbox.py --check      # start this interpreter in the same sandbox, import ipykernel, exit
+    python launcher.py {connection_file}
+    python launcher.py --check      # start this interpreter in the same sandbox, import ipykernel, exit
 
 Run by jupyter_client, never imported by the kit's other modules (the kernel launches with
 an unknown working directory, so this file imports nothing from the repository). Its
@@ -13,7 +13,7 @@ settings come from the environment the grader sets for one submission:
                            the venv, the interpreter it was made from), visible read-only
     CH34_SANDBOX_MEMORY    address-space limit in bytes
     CH34_SANDBOX_BWRAP     "1" to use bubblewrap, "0" to run the kernel unsandboxed
-    CH34_SANDBOX_ZYGOTE    where set, the socket of the batch's zygote (`zygote.py`): the
+    CH34_SANDBOX_ZYGOTE    where set, the socket of the batch's zygote (`zygote_server.py`): the
                            kernel is forked from it, into the same sandbox built without
                            bubblewrap, and this process stands for it until it ends
     CH34_SANDBOX_CGROUPS   the submission's cgroups (os.pathsep-separated), for the zygote's kernel
@@ -29,17 +29,21 @@ NBGRADER_EXECUTION variable, so a notebook cannot tell grading from a learner's 
 import json
 import os
 import resource
+import runpy
 import shutil
 import socket
 import sys
 
-# JPY_PARENT_PID: inside the PID namespace the parent looks gone; --die-with-parent does its job.
-GRADER_VARIABLES = ("NBGRADER_EXECUTION", "JPY_PARENT_PID") + tuple(
-    v for v in os.environ if v.startswith("CH34_SANDBOX_")
-)
+# The whitelist, shared with the zygote (`whitelist.py`, read by its path: nothing of the kit is
+# importable here).
+WHITELIST = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "whitelist.py"))
+SYSTEM_PATHS = WHITELIST["SYSTEM_PATHS"]
 
 
-SYSTEM_PATHS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/sys")
+def grader_variables() -> list:
+    """The variables of this environment the kernel must not see (`whitelist.py`)."""
+    prefix = WHITELIST["REMOVED_PREFIX"]
+    return [*WHITELIST["REMOVED_VARIABLES"], *(v for v in os.environ if v.startswith(prefix))]
 
 
 def sandbox_argv(connection_file: str) -> list:
@@ -83,7 +87,7 @@ def bwrap_argv(runtime_dir: str) -> list:
         "--new-session",
     ]
     argv += ["--setenv", "HOME", scratch, "--setenv", "TMPDIR", "/tmp"]
-    for name in GRADER_VARIABLES:
+    for name in grader_variables():
         argv += ["--unsetenv", name]
     return argv
 
@@ -123,7 +127,8 @@ def kernel_log(runtime_dir: str) -> int:
 def kernel_environment() -> dict:
     """The environment the kernel gets: this one without the grader's variables."""
     scratch = os.environ["CH34_SANDBOX_SCRATCH"]
-    kept = {k: v for k, v in os.environ.items() if k not in GRADER_VARIABLES}
+    removed = grader_variables()
+    kept = {k: v for k, v in os.environ.items() if k not in removed}
     return {**kept, "HOME": scratch, "TMPDIR": "/tmp"}
 
 
@@ -167,7 +172,7 @@ def main() -> None:
         argv = sandbox_argv(connection_file)
     else:
         argv = [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
-        for name in GRADER_VARIABLES:
+        for name in grader_variables():
             os.environ.pop(name, None)
     log = kernel_log(os.path.dirname(json_ip(connection_file)))
     os.dup2(log, 1)

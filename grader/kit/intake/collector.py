@@ -14,11 +14,8 @@ import re
 
 from nbgrader.plugins.zipcollect import FileNameCollectorPlugin
 
+from ..errors import IntakeError
 from . import layouts
-
-
-class IntakeError(Exception):
-    """The input cannot be read as a whole; the message says what to fix."""
 
 
 class ExportCollector(FileNameCollectorPlugin):

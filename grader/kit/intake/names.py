@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .nbsource import ASSIGNMENT
+from ..authoring.nbsource import ASSIGNMENT
 from .roster import simplified
 
 COPY_SUFFIX = re.compile(

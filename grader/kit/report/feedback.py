@@ -14,10 +14,11 @@ configured, and costs about 1.5 s a notebook; this page costs milliseconds.
 
 from __future__ import annotations
 
-import html
 import re
 
-from .nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
+from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
+from .formats import esc, html_page
+from .scores import counted_score, max_score
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # An absolute path of two parts or more (/tmp/ch34-grading-x/0001/scratch, /root/.venv/lib/...),
@@ -123,9 +124,8 @@ def render(
     beside. `files` is (the file graded, the student's files not graded, the rule that chose).
     """
     messages = failure_messages(nb)
-    counted = [part for part in PARTS if part.counted]
-    total = sum(s for g, (s, _) in scores.items() if part_counts(g, counted))
-    maximum = sum(p for g, (_, p) in scores.items() if part_counts(g, counted))
+    total = counted_score(scores)  # as grades.csv's `score`: the counted parts only
+    maximum = max_score([(g, p) for g, (_, p) in scores.items()])
     score = (final or {}).get("score")
     parts = [
         f"<h1>{esc(student_id)}：{shown(score, total)} / {maximum:g}{beside(score, total)}</h1>"
@@ -289,12 +289,6 @@ def scrub_paths(text: str) -> str:
     return MACHINE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], str(text))
 
 
-def part_counts(grade_id: str, counted) -> bool:
-    """Whether a grade cell's points go into the total (a cell of no part counts)."""
-    part = part_of(grade_id)
-    return part is None or part in counted
-
-
 def overrides_section(overrides) -> str:
     """The instructor's adjustments (dicts with column, value, note), or '' when there are none."""
     if not overrides:
@@ -315,11 +309,8 @@ def overrides_section(overrides) -> str:
 
 
 def page(title: str, body: str) -> str:
-    """A complete, self-contained HTML document."""
-    return (
-        '<!DOCTYPE html>\n<html lang="zh-CN"><head><meta charset="utf-8">'
-        f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
-    )
+    """A complete, self-contained HTML document (`formats.html_page`)."""
+    return html_page(esc(title), STYLE, body, lang="zh-CN")
 
 
 def bullets(lines) -> str:
@@ -352,6 +343,3 @@ def output_html(output, is_grade: bool) -> str:
     text = output.get("data", {}).get("text/plain")
     return f"<pre>{esc(scrub_paths(text))}</pre>" if text else ""
 
-
-def esc(text) -> str:
-    return html.escape(str(text))

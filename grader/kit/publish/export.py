@@ -1,6 +1,6 @@
 """The solutions for students, after the deadline: one self-contained HTML file and its PDF.
 
-    python -m grader.kit.export [--out export]
+    python -m grader.kit.publish.export [--out export]
 
 Reads the committed, executed solutions notebook (`solutions/`) and writes
 `export/ch34_prefix_cache_solutions.html` and `.pdf`. The HTML needs no network: nbconvert's
@@ -26,7 +26,8 @@ from jinja2 import DictLoader
 from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert import HTMLExporter
 
-from .nbsource import ASSIGNMENT, NOTEBOOK_NAME, REPO_ROOT
+from ..errors import ExportError, KitError, exit_with
+from ..paths import ASSIGNMENT, REPO_ROOT, SOLUTIONS_NOTEBOOK
 
 HTML_NAME = f"{ASSIGNMENT}_solutions.html"
 PDF_NAME = f"{ASSIGNMENT}_solutions.pdf"
@@ -86,11 +87,11 @@ def export_html(solutions: Path, target: Path) -> Path:
 
 
 def browser() -> str:
-    """The headless browser that prints the PDF, or SystemExit saying how to get one."""
+    """The headless browser that prints the PDF, or an ExportError saying how to get one."""
     for name in BROWSERS:
         if shutil.which(name):
             return name
-    raise SystemExit(
+    raise ExportError(
         "error: no Chromium to print the PDF with: run `make export` as root (it installs "
         "Debian's chromium and fonts-noto-cjk) or `sudo apt-get install chromium fonts-noto-cjk`"
     )
@@ -115,14 +116,22 @@ def export_pdf(html_file: Path, target: Path) -> Path:
             timeout=180,
         )
     if run.returncode != 0 or not target.exists() or target.stat().st_size == 0:
-        raise SystemExit(f"error: Chromium could not print {html_file}: {run.stderr[-1500:]}")
+        raise ExportError(f"error: Chromium could not print {html_file}: {run.stderr[-1500:]}")
     return target
 
 
 def main(argv=None) -> int:
+    """The command line: the kit's errors become their message and exit status."""
+    try:
+        return run(argv)
+    except KitError as error:
+        return exit_with(error)
+
+
+def run(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Write the solutions as offline HTML and PDF.")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "export")
-    parser.add_argument("--solutions", type=Path, default=REPO_ROOT / "solutions" / NOTEBOOK_NAME)
+    parser.add_argument("--solutions", type=Path, default=REPO_ROOT / SOLUTIONS_NOTEBOOK)
     args = parser.parse_args(argv)
     html_file = export_html(args.solutions, args.out / HTML_NAME)
     pdf_file = export_pdf(html_file, args.out / PDF_NAME)

@@ -2,7 +2,7 @@
 
 Used for the bundled examples (`make`) and the mistake catalogue of the tests.
 
-    python -m grader.kit.submissions OUTDIR    # correct, untouched and partly-wrong examples
+    python -m grader.kit.authoring.examples OUTDIR    # correct, untouched and partly-wrong examples
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import nbformat
 
+from ..errors import KitError, exit_with
+from ..paths import REPO_ROOT, SOLUTIONS_NOTEBOOK, STUDENT_NOTEBOOK
 from .build import write_notebook
-from .nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
+from .nbsource import nbgrader_meta
 
 # Two slips a learner could make: the tail chunk dropped (TODO 2), an integer ratio (TODO 7).
 PARTLY_WRONG_EDITS = (
@@ -54,8 +56,8 @@ def filled_submission(release, solutions, edits=()) -> nbformat.NotebookNode:
 
 def write_examples(out_dir: Path) -> list[Path]:
     """Write the bundled example submissions into `out_dir`."""
-    release = nbformat.read(REPO_ROOT / "notebooks" / NOTEBOOK_NAME, as_version=4)
-    solutions = nbformat.read(REPO_ROOT / "solutions" / NOTEBOOK_NAME, as_version=4)
+    release = nbformat.read(REPO_ROOT / STUDENT_NOTEBOOK, as_version=4)
+    solutions = nbformat.read(REPO_ROOT / SOLUTIONS_NOTEBOOK, as_version=4)
     examples = {
         "example-correct": filled_submission(release, solutions),
         "example-untouched": release,
@@ -68,6 +70,16 @@ def write_examples(out_dir: Path) -> list[Path]:
     return paths
 
 
+def main(argv=None) -> int:
+    """`python -m grader.kit.authoring.examples OUTDIR`; the kit's errors become an exit status."""
+    out = (sys.argv[1:] if argv is None else argv)[0]
+    try:
+        written = write_examples(Path(out))
+    except KitError as error:
+        return exit_with(error)
+    print(f"wrote {len(written)} example submissions in {out}")
+    return 0
+
+
 if __name__ == "__main__":
-    written = write_examples(Path(sys.argv[1]))
-    print(f"wrote {len(written)} example submissions in {sys.argv[1]}")
+    sys.exit(main())

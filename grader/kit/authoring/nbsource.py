@@ -18,13 +18,17 @@ from pathlib import Path
 import jupytext
 import nbformat
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENT = "ch34_prefix_cache"
-NOTEBOOK_NAME = f"{ASSIGNMENT}.ipynb"
-SOURCE_PATH = REPO_ROOT / "grader" / "source" / ASSIGNMENT / f"{ASSIGNMENT}.py"
+from ..paths import ASSIGNMENT, CHECKS_DIR, COURSE_SETTINGS, NOTEBOOK_NAME, REPO_ROOT, SOURCE_PATH
 
-# The one setting that names the course's GitHub repository (the "Open in Colab" badge).
-COURSE_SETTINGS = REPO_ROOT / "grader" / "course.toml"
+__all__ = [
+    "ASSIGNMENT",
+    "CHECKS_DIR",
+    "COURSE_SETTINGS",
+    "NOTEBOOK_NAME",
+    "REPO_ROOT",
+    "SOURCE_PATH",
+]
+# COURSE_SETTINGS names the course's GitHub repository (the "Open in Colab" badge).
 _GITHUB_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _GITHUB_REMOTE = re.compile(
     r"^(?:https://github\.com/|git@github\.com:|ssh://git@github\.com/)"
@@ -180,7 +184,6 @@ _HIDDEN_BLOCK = re.compile(
 
 # Hidden checks live in plain files next to the source, one per TODO: `checks/todo<N>.py`.
 # A grade cell names one check inside its hidden block; the build inlines the file there.
-CHECKS_DIR = SOURCE_PATH.parent / "checks"
 _CHECK_LINE = re.compile(r"^#\| check: ([\w-]+\.py)::(check_\w+)[ \t]*$", re.MULTILINE)
 HIDDEN_CHECK_FILENAME = "<hidden check>"  # what a traceback names: it cannot quote the lines
 _TRIPLE = "'" * 3

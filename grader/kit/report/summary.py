@@ -11,8 +11,9 @@ import html
 from collections import Counter
 from pathlib import Path
 
-from .nbsource import PARTS, part_of, todo_number
-from .report import num, todo_columns
+from ..authoring.nbsource import PARTS, part_of, todo_number
+from .formats import esc, html_page
+from .scores import num, todo_columns
 
 STYLE = """
 body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 66em; margin: 2em auto; padding: 0 1em; }
@@ -206,11 +207,5 @@ def who(rows: list[dict], status: str) -> list[str]:
 
 
 def page(body: str) -> str:
-    return (
-        '<!DOCTYPE html>\n<html lang="zh"><head><meta charset="utf-8">'
-        f"<title>ch34 class summary</title><style>{STYLE}</style></head><body>\n{body}\n</body></html>\n"
-    )
-
-
-def esc(text) -> str:
-    return html.escape(str(text))
+    """The whole summary.html (`formats.html_page`)."""
+    return html_page("ch34 class summary", STYLE, body, lang="zh")

@@ -32,15 +32,16 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .layouts import read_name
-from .nbsource import ASSIGNMENT, COURSE_SETTINGS, PARTS
-from .report import write_csv
-from .roster import Roster, RosterError
+from .. import paths
+from ..intake.layouts import read_name
+from ..authoring.nbsource import ASSIGNMENT, COURSE_SETTINGS, PARTS
+from .grades import write_csv
+from ..intake.roster import Roster
 
 ROSTER_COLUMNS = ["student_id", "name", "lms_user_id", "email"]
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_COLUMNS = ["ID number", "Email address", "Full name", ASSIGNMENT, "Feedback"]
-WORKSHEET = "moodle-grading-worksheet.csv"
+WORKSHEET = paths.WORKSHEET
 WORKSHEET_COLUMNS = [
     "Identifier",
     "Full name",
@@ -51,15 +52,12 @@ WORKSHEET_COLUMNS = [
 ]
 
 
-def read_roster(path: Path | None) -> dict[str, dict]:
-    """The roster (`roster.py`) as {student_id: row}; {} for no roster. Exits if it is bad."""
-    if path is None:
+def people(roster: Roster | None) -> dict[str, dict]:
+    """The roster (`intake.roster.Roster`, read once, by the intake) as {student_id: row}; {} for
+    no roster."""
+    if roster is None:
         return {}
-    try:
-        rows = Roster.read(path).rows
-    except RosterError as error:
-        raise SystemExit(f"error: {error}") from None
-    return {row["student_id"]: {k: row.get(k, "") for k in ROSTER_COLUMNS} for row in rows}
+    return {row["student_id"]: {k: row.get(k, "") for k in ROSTER_COLUMNS} for row in roster.rows}
 
 
 def canvas_title(settings: Path = COURSE_SETTINGS) -> tuple[str, str]:
@@ -122,10 +120,10 @@ def write_lms_files(
         else:
             left_out["moodle"].append(row["student_id"])
     points = ["Points Possible", "", "", "", "", maximum]
-    write_csv(report_dir / "canvas.csv", [*CANVAS_FIXED, title], canvas, extra_rows=[points])
-    write_csv(report_dir / "moodle.csv", MOODLE_COLUMNS, moodle)
+    write_csv(report_dir / paths.CANVAS, [*CANVAS_FIXED, title], canvas, extra_rows=[points])
+    write_csv(report_dir / paths.MOODLE, MOODLE_COLUMNS, moodle)
     lines = [
-        f"wrote {report_dir / 'canvas.csv'} and {report_dir / 'moodle.csv'} ({len(rows)} rows)"
+        f"wrote {report_dir / paths.CANVAS} and {report_dir / paths.MOODLE} ({len(rows)} rows)"
     ]
     lines += [title_warning] if title_warning else []
     lines += roster_lines(rows, roster, left_out)

@@ -23,20 +23,9 @@ from dataclasses import dataclass, field
 import nbformat
 from nbformat import v4
 
+from ..errors import Ungradable
+
 _REDOWNLOAD = "download the notebook again with File > Download > .ipynb"
-
-
-class Ungradable(Exception):
-    """A submission that cannot be graded; .status is a short machine word, .reason says what to
-    fix (English, one sentence): empty_file, invalid_json, not_a_notebook or wrong_assignment."""
-
-    def __init__(self, status: str, reason: str):
-        super().__init__(status, reason)  # both in .args, so it pickles across processes
-        self.status = status
-        self.reason = reason
-
-    def __str__(self) -> str:
-        return f"{self.status}: {self.reason}"
 
 
 @dataclass

@@ -31,7 +31,7 @@ Each rule follows the LMS's own code that writes the names:
   per student  <student_id>/<notebook named like the assignment>
   plain        <student_id>.ipynb; a stem that is only the assignment's notebook name (any copy
                of it) names nobody.
-Gradescope exports (submission_metadata.yml) are recognised by `intake.py`, not here.
+Gradescope exports (submission_metadata.yml) are recognised by `inventory.py`, not here.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from ..authoring.nbsource import ASSIGNMENT
 from .names import copy_number, generic, named_like_assignment
-from .nbsource import ASSIGNMENT
 
 # copy_number and named_like_assignment are read from here too (tests, identify.py).
 __all__ = ["copy_number", "generic", "named_like_assignment", "owner", "read_name"]

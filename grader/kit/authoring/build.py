@@ -1,6 +1,6 @@
 """Generate the student notebook, the solutions notebook and the nbgrader course from the one source.
 
-    python -m grader.kit.build [--out DIR] [--no-execute] {notebooks,solutions,all}
+    python -m grader.kit.authoring.build [--out DIR] [--no-execute] {notebooks,solutions,all}
 
 `notebooks` runs the real `nbgrader generate_assignment` in a course directory
 (`DIR/build/course`, kept for the autograder) and writes its release to
@@ -25,10 +25,10 @@ import nbformat
 from nbclient import NotebookClient
 from traitlets.config import Config
 
+from .. import paths
+from ..errors import BuildError, KitError, exit_with
+from ..paths import ASSIGNMENT, GRADING_COURSE, REPO_ROOT, STUDENT_RELEASE
 from .nbsource import (
-    ASSIGNMENT,
-    NOTEBOOK_NAME,
-    REPO_ROOT,
     colab_texts,
     github_repo,
     inline_checks,
@@ -39,7 +39,7 @@ from .nbsource import (
     strip_solution_markers,
 )
 
-CONFIG_PATH = REPO_ROOT / "grader" / "nbgrader_config.py"
+CONFIG_PATH = paths.NBGRADER_CONFIG
 SOLUTIONS_ONLY = "solutions-only"
 MEASUREMENT = "measurement"
 LEARNER_ONLY = "learner-only"  # demos and the measurements' helpers: graded code never uses them
@@ -55,10 +55,6 @@ NOTEBOOK_METADATA = {
 }
 EXECUTE_TIMEOUT_S = 300
 MAX_SOCKET_PATH = 107  # bytes in a Unix socket address (sun_path), less its closing NUL
-GRADING_COURSE = Path("build") / "grading-course"  # under --out; the autograder's template
-STUDENT_RELEASE = (
-    "student-release.ipynb"  # in the grading course: what submissions are normalised against
-)
 
 
 def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat.NotebookNode:
@@ -91,12 +87,10 @@ def build_course(course_dir: Path, *, for_grading: bool = False) -> Path:
     """
     if course_dir.exists():
         shutil.rmtree(course_dir)
-    source_dir = course_dir / "source" / ASSIGNMENT
-    source_dir.mkdir(parents=True)
+    source = paths.course_source_notebook(course_dir)
+    source.parent.mkdir(parents=True)
     shutil.copy(CONFIG_PATH, course_dir / "nbgrader_config.py")
-    write_notebook(
-        source_notebook(for_release=True, for_grading=for_grading), source_dir / NOTEBOOK_NAME
-    )
+    write_notebook(source_notebook(for_release=True, for_grading=for_grading), source)
     # nbgrader runs `alembic` by bare name when it creates the gradebook.
     env = dict(
         os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
@@ -108,9 +102,9 @@ def build_course(course_dir: Path, *, for_grading: bool = False) -> Path:
         capture_output=True,
         text=True,
     )
-    release = course_dir / "release" / ASSIGNMENT / NOTEBOOK_NAME
+    release = paths.released_notebook(course_dir)
     if run.returncode != 0 or not release.exists():
-        raise SystemExit(f"nbgrader generate_assignment failed:\n{run.stdout}\n{run.stderr}")
+        raise BuildError(f"nbgrader generate_assignment failed:\n{run.stdout}\n{run.stderr}")
     return release
 
 
@@ -173,7 +167,7 @@ def kernel_tempdir(prefix: str, *, below: str = "/kernel-99999") -> Path:
         if len(os.fsencode(folder)) + len(below) <= MAX_SOCKET_PATH:
             return folder
         folder.rmdir()
-    raise SystemExit(
+    raise BuildError(
         f"no temporary folder short enough for kernel sockets ({len(below)} bytes must fit below "
         f"it in {MAX_SOCKET_PATH}): set TMPDIR to a short folder"
     )
@@ -229,6 +223,14 @@ def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
 
 
 def main(argv=None) -> int:
+    """The command line: the kit's errors become their message and exit status."""
+    try:
+        return run(argv)
+    except KitError as error:
+        return exit_with(error)
+
+
+def run(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["notebooks", "solutions", "all"])
     parser.add_argument(
@@ -245,14 +247,14 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     if args.what in ("notebooks", "all"):
-        target = args.out / "notebooks" / NOTEBOOK_NAME
-        student = student_notebook(args.out / "build" / "course")
+        target = args.out / paths.STUDENT_NOTEBOOK
+        student = student_notebook(args.out / paths.COURSE)
         write_notebook(student, target)
         build_course(args.out / GRADING_COURSE, for_grading=True)
         write_notebook(student, args.out / GRADING_COURSE / STUDENT_RELEASE)
         print(f"wrote {target.relative_to(args.out)}, build/course and {GRADING_COURSE}")
     if args.what in ("solutions", "all"):
-        target = args.out / "solutions" / NOTEBOOK_NAME
+        target = args.out / paths.SOLUTIONS_NOTEBOOK
         fresh = solutions_notebook(run=not args.no_execute)
         seconds = time.perf_counter() - start
         if not args.rewrite and target.exists() and same_but_outputs(fresh, target):
