@@ -632,12 +632,96 @@ def simulate(cache, trace, max_running=4):
     模拟器自己记着每个块被运行中的请求持有几次：acquire / release 之后引用计数对不上，
     就指出该回去检查哪个 TODO，而不是等到块池耗尽才报一个看不出原因的错。
     """
-    running = deque()
-    held = {}  # block_id -> 运行中的请求持有它的次数
-    last_step = ["（还没有操作）", "TODO 12（acquire）"]  # 上一次改动缓存的操作，和它属于哪个 TODO
+    replay = _Replay(cache)
+    for prompt in trace:
+        replay.admit(prompt)
+        if len(replay.running) > max_running:
+            replay.finish(replay.running.popleft())
+    while replay.running:
+        replay.finish(replay.running.popleft())
+    return cache.hit_rate
 
-    def explain(prompt):
+
+class _Replay:
+    """simulate 的簿记：运行中的请求、每个块被它们持有几次、上一次改动缓存的操作。"""
+
+    def __init__(self, cache):
+        self.cache = cache
+        self.running = deque()
+        self.held = {}  # block_id -> 运行中的请求持有它的次数
+        self.last_step = ["（还没有操作）", "TODO 12（acquire）"]  # 上一次改动缓存的操作，和它属于哪个 TODO
+
+    def admit(self, prompt):
+        """acquire 一个请求（块不够时先让最早的请求结束再重试），再核对它拿到的块和引用计数。"""
+        cache = self.cache
+        while True:
+            try:
+                block_ids = cache.acquire(prompt)
+                break
+            except CacheFullError:
+                self.refused(prompt)
+                self.finish(self.running.popleft())
+            except NotImplementedError:
+                raise
+            except Exception as error:
+                raise RuntimeError(
+                    f"模拟器：acquire({len(prompt)} 个 token) 抛出 {type(error).__name__}: {error}。{self.explain(prompt)}"
+                ) from None
+        self.last_step[:] = [f"acquire({len(prompt)} 个 token)", "TODO 12（acquire）"]
+        if len(block_ids) != len(prompt) // cache.block_size:
+            raise RuntimeError(
+                f"模拟器：acquire 对 {len(prompt)} 个 token、block_size={cache.block_size} 返回了 {len(block_ids)} 个块，"
+                f"应为 {len(prompt) // cache.block_size} 个（只为满块分配）。回到 TODO 12 检查"
+            )
+        for block_id in block_ids:
+            self.held[block_id] = self.held.get(block_id, 0) + 1
+        self.check_refs(block_ids, f"acquire({len(prompt)} 个 token)", "TODO 12（acquire：命中的块 +1，新块为 1）")
+        self.running.append(block_ids)
+
+    def refused(self, prompt):
+        """acquire 抛出了 CacheFullError：引用计数不应变；没有请求可以结束时，说明为什么放不下。"""
+        cache, held = self.cache, self.held
+        changed = [block.block_id for block in cache.blocks if block.ref_count != held.get(block.block_id, 0)]
+        if changed:
+            raise RuntimeError(
+                f"模拟器：acquire({len(prompt)} 个 token) 抛出 CacheFullError 之后，块 {changed[:5]} 的引用计数变了"
+                "（运行中的请求并没有多持有它们）：抛错之前已经改了引用计数，引用计数泄漏。"
+                "回到 TODO 12 检查：先算清楚够不够，不够就抛错、什么都不改"
+            ) from None
+        if not self.running:
+            leaked = [block.block_id for block in cache.blocks if block.ref_count > 0]
+            if leaked:
+                raise RuntimeError(
+                    f"模拟器：没有请求在运行，{len(leaked)} 个块的引用计数却仍大于 0（引用计数泄漏），"
+                    f"块池 {cache.num_blocks} 块因此放不下一个 {len(prompt)} token 的请求。回到 TODO 12"
+                    "（acquire 抛出 CacheFullError 时是否已经加了引用？）和 TODO 13（release 是否每块减 1？）检查"
+                ) from None
+            raise ValueError(f"块池只有 {cache.num_blocks} 块，放不下一个 {len(prompt)} token 的请求") from None
+
+    def finish(self, block_ids):
+        """一个请求结束：release 它的块，再核对引用计数。"""
+        try:
+            self.cache.release(block_ids)
+        except NotImplementedError:
+            raise
+        except Exception as error:
+            raise RuntimeError(f"模拟器：release 抛出 {type(error).__name__}: {error}。回到 TODO 13（release）检查") from None
+        self.last_step[:] = [f"release({len(block_ids)} 个块)", "TODO 13（release）"]
+        for block_id in block_ids:
+            self.held[block_id] -= 1
+        self.check_refs(block_ids, f"release({len(block_ids)} 个块)", "TODO 13（release：每块恰好减 1）")
+
+    def check_refs(self, block_ids, step, todo):
+        for block_id in set(block_ids):
+            if self.cache.blocks[block_id].ref_count != self.held.get(block_id, 0):
+                raise RuntimeError(
+                    f"模拟器：{step} 之后块 {block_id} 的引用计数是 {self.cache.blocks[block_id].ref_count}，"
+                    f"但运行中的请求持有它 {self.held.get(block_id, 0)} 次。回到 {todo} 检查引用计数"
+                )
+
+    def explain(self, prompt):
         """学习者的缓存抛了异常：找出最可能的原因，说该回到哪个 TODO。"""
+        cache = self.cache
         try:
             size, parent = cache.block_size, None
             for i, block_id in enumerate(cache.match(prompt)):
@@ -650,73 +734,8 @@ def simulate(cache, trace, max_running=4):
         try:
             cache.check_integrity()
         except AssertionError as broken:
-            return f"此前的 {last_step[0]} 已经破坏了块的不变量（{broken}）。回到 {last_step[1]} 检查"
+            return f"此前的 {self.last_step[0]} 已经破坏了块的不变量（{broken}）。回到 {self.last_step[1]} 检查"
         return "回到 TODO 12（acquire）和 TODO 13（release）检查：先让它们的可见检查和上面的演示都通过"
-
-    def check_refs(block_ids, step, todo):
-        for block_id in set(block_ids):
-            if cache.blocks[block_id].ref_count != held.get(block_id, 0):
-                raise RuntimeError(
-                    f"模拟器：{step} 之后块 {block_id} 的引用计数是 {cache.blocks[block_id].ref_count}，"
-                    f"但运行中的请求持有它 {held.get(block_id, 0)} 次。回到 {todo} 检查引用计数"
-                )
-
-    def finish(block_ids):
-        try:
-            cache.release(block_ids)
-        except NotImplementedError:
-            raise
-        except Exception as error:
-            raise RuntimeError(f"模拟器：release 抛出 {type(error).__name__}: {error}。回到 TODO 13（release）检查") from None
-        last_step[:] = [f"release({len(block_ids)} 个块)", "TODO 13（release）"]
-        for block_id in block_ids:
-            held[block_id] -= 1
-        check_refs(block_ids, f"release({len(block_ids)} 个块)", "TODO 13（release：每块恰好减 1）")
-
-    for prompt in trace:
-        while True:
-            try:
-                block_ids = cache.acquire(prompt)
-                break
-            except CacheFullError:
-                changed = [block.block_id for block in cache.blocks if block.ref_count != held.get(block.block_id, 0)]
-                if changed:
-                    raise RuntimeError(
-                        f"模拟器：acquire({len(prompt)} 个 token) 抛出 CacheFullError 之后，块 {changed[:5]} 的引用计数变了"
-                        "（运行中的请求并没有多持有它们）：抛错之前已经改了引用计数，引用计数泄漏。"
-                        "回到 TODO 12 检查：先算清楚够不够，不够就抛错、什么都不改"
-                    ) from None
-                if not running:
-                    leaked = [block.block_id for block in cache.blocks if block.ref_count > 0]
-                    if leaked:
-                        raise RuntimeError(
-                            f"模拟器：没有请求在运行，{len(leaked)} 个块的引用计数却仍大于 0（引用计数泄漏），"
-                            f"块池 {cache.num_blocks} 块因此放不下一个 {len(prompt)} token 的请求。回到 TODO 12"
-                            "（acquire 抛出 CacheFullError 时是否已经加了引用？）和 TODO 13（release 是否每块减 1？）检查"
-                        ) from None
-                    raise ValueError(f"块池只有 {cache.num_blocks} 块，放不下一个 {len(prompt)} token 的请求") from None
-                finish(running.popleft())
-            except NotImplementedError:
-                raise
-            except Exception as error:
-                raise RuntimeError(
-                    f"模拟器：acquire({len(prompt)} 个 token) 抛出 {type(error).__name__}: {error}。{explain(prompt)}"
-                ) from None
-        last_step[:] = [f"acquire({len(prompt)} 个 token)", "TODO 12（acquire）"]
-        if len(block_ids) != len(prompt) // cache.block_size:
-            raise RuntimeError(
-                f"模拟器：acquire 对 {len(prompt)} 个 token、block_size={cache.block_size} 返回了 {len(block_ids)} 个块，"
-                f"应为 {len(prompt) // cache.block_size} 个（只为满块分配）。回到 TODO 12 检查"
-            )
-        for block_id in block_ids:
-            held[block_id] = held.get(block_id, 0) + 1
-        check_refs(block_ids, f"acquire({len(prompt)} 个 token)", "TODO 12（acquire：命中的块 +1，新块为 1）")
-        running.append(block_ids)
-        if len(running) > max_running:
-            finish(running.popleft())
-    while running:
-        finish(running.popleft())
-    return cache.hit_rate
 
 
 def simulate_seed(trace, block_size):
