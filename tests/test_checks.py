@@ -5,6 +5,7 @@ notebook's namespace as argument), so a check that fails on the reference or mis
 catalogued mistake shows up in seconds. `test_autograde.py` grades the same with real nbgrader.
 """
 
+import ast
 import copy
 import io
 import subprocess
@@ -268,3 +269,14 @@ def test_a_malformed_declaration_is_a_source_error(checks_dir, old, new, says):
     with pytest.raises(SourceError, match=says):
         checkcells.declarations("todo3.py")
         checkcells.check_code("todo3.py")
+
+
+def test_no_function_of_the_source_or_its_checks_runs_past_80_lines():
+    long = []
+    for path in sorted(nbsource.SOURCE_PATH.parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if node.end_lineno - first + 1 > 80:
+                    long.append(f"{path.name}:{node.lineno} {node.name}")
+    assert long == [], f"split these: {long}"

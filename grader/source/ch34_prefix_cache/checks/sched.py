@@ -390,6 +390,9 @@ def check_todo17_random(ns):
     _compare_with_oracle(ns, 17, seed=3470)
 
 
+# ---- TODO 18: admitting waiting requests ----
+
+
 @check(points=2, title="先来先服务", says="按到达顺序接纳，运行中的请求不超过 max_num_seqs")
 def check_todo18_fcfs(ns):
     """Waiting requests are admitted in arrival order, never beyond max_num_seqs running."""
@@ -434,9 +437,6 @@ def check_todo18_prefix_hit(ns):
             "TODO 18: 整个 200 个 token 的 prompt 都已缓存、block_size=16：命中 min(200, 199) → 192，"
             f"第一步应调度 {{'b': 8}}（完整命中也要重算最后不满的块，不是 0 个），得到 {first}"
         )
-
-
-# ---- TODO 18: admitting waiting requests ----
 
 
 @check(points=2, title="固定例子", says="预算 1024、三个 800 token 的请求 → 800、224、0")
