@@ -5,13 +5,20 @@ notebook's namespace as argument), so a check that fails on the reference or mis
 catalogued mistake shows up in seconds. `test_autograde.py` grades the same with real nbgrader.
 """
 
+import ast
 import copy
 import io
+import subprocess
+import sys
 from contextlib import redirect_stdout
+from pathlib import Path
 
 import pytest
 
+from grader.kit.authoring import checkcells, nbsource
 from grader.kit.authoring.nbsource import (
+    CHECKS_DIR,
+    SourceError,
     load_checks,
     named_checks,
     nbgrader_meta,
@@ -118,11 +125,12 @@ def test_every_grade_cell_names_exactly_one_check_of_its_own_todo():
             continue
         assert len(named) == 1, f"{meta['grade_id']} names {named}"
         filename, name = named[0]
-        check = meta["grade_id"].removeprefix(f"test_{todo}_")
-        if filename == f"{todo}.py":  # one TODO's file: check_<check>
-            assert name == f"check_{check}", f"{meta['grade_id']} names {name}"
-        else:  # one part's file (sched.py): check_<todo>_<check>
-            assert name == f"check_{todo}_{check}", f"{meta['grade_id']} names {filename}::{name}"
+        # one naming scheme: grade cell test_todo<N>_<check> runs check_todo<N>_<check>, from the
+        # TODO's file (todo<N>.py) or its part's (sched.py)
+        assert name == "check_" + meta["grade_id"].removeprefix("test_"), (
+            f"{meta['grade_id']} names {filename}::{name}"
+        )
+        assert filename in (f"{todo}.py", "sched.py"), f"{meta['grade_id']} names {filename}"
 
 
 def converted(mistake):
@@ -147,3 +155,128 @@ def test_mistake_fails_exactly_its_checks_and_names_the_cause_first(mistake):
         assert word in first, f"first message lacks {word!r}: {first}"
     caught = any(grade_id.startswith("visible") for grade_id in raised)
     assert caught == mistake.visible, f"visible cells raised: {raised}"
+
+
+def test_the_code_each_grade_cell_runs_defines_every_name_it_uses():
+    """A check file alone uses names of _common.py and its part's helpers (ruff ignores F821
+    there, pyproject.toml): lint the code as a grade cell runs it, joined (checkcells.check_code).
+    A check file may import what its part's helpers import too (F811)."""
+    ruff = Path(sys.executable).with_name("ruff")
+    if not ruff.exists():
+        pytest.skip(f"no ruff next to {sys.executable}")
+    for filename in sorted({filename for _, filename, _ in CHECKED}):
+        run = subprocess.run(
+            [str(ruff), "check", "--select", "F", "--ignore", "F811", "--output-format", "concise"]
+            + ["--stdin-filename", f"joined_{filename}", "-"],
+            input=checkcells.check_code(filename),
+            capture_output=True,
+            text=True,
+        )
+        assert run.returncode == 0, f"{filename} as its grade cells run it: {run.stdout}"
+
+
+def repeated_runs(texts: dict, run: int = 6) -> list:
+    """[(first place, second place)] where `run` consecutive non-blank lines (stripped) of the
+    texts ({name: text}) repeat; a place is (name, line number)."""
+    seen, found = {}, []
+    for name, text in texts.items():
+        lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+        for i in range(len(lines) - run + 1):
+            key = tuple(ln for _, ln in lines[i : i + run])
+            place = (name, lines[i][0])
+            if key in seen:
+                found.append((seen[key], place))
+            else:
+                seen[key] = place
+    return found
+
+
+def test_no_six_lines_repeat_in_the_check_files():
+    texts = {
+        path.name: path.read_text(encoding="utf-8") for path in sorted(CHECKS_DIR.glob("*.py"))
+    }
+    assert len(texts) > 15
+    assert repeated_runs(texts) == [], "a helper written twice: move it to _common.py or _<part>.py"
+
+
+def test_the_repeat_finder_finds_a_repeat_across_files_and_within_one():
+    block = "".join(f"    x{i} = {i}\n" for i in range(6))
+    texts = {"a.py": f"def f():\n{block}", "b.py": f"def g():\n\n{block}\n{block}"}
+    assert repeated_runs(texts) == [(("a.py", 2), ("b.py", 3)), (("a.py", 2), ("b.py", 10))]
+    assert repeated_runs({"a.py": f"def f():\n{block[:-12]}"}) == []
+
+
+GOOD = """TOTAL_POINTS = {3: 5}
+
+
+@check(points=2, title="甲", says="第一项")
+def check_todo3_first(ns):
+    pass
+
+
+@check(points=3, title="乙", says="第二项")
+def check_todo3_second(ns):
+    pass
+"""
+
+
+@pytest.fixture
+def checks_dir(tmp_path, monkeypatch):
+    """An empty checks folder in place of the source's."""
+    monkeypatch.setattr(nbsource, "CHECKS_DIR", tmp_path)
+    monkeypatch.setattr(checkcells, "CHECKS_DIR", tmp_path)
+    (tmp_path / "_common.py").write_text(
+        "def check(points, title, says):\n    return lambda f: f\n"
+    )
+    return tmp_path
+
+
+def test_a_declaration_becomes_one_grade_cell_in_file_order(checks_dir):
+    (checks_dir / "todo3.py").write_text(GOOD)
+    cells = checkcells.grade_cells(nbsource.nbformat.v4.new_code_cell("#| checks: todo3.py"))
+    assert [c.metadata.nbgrader["grade_id"] for c in cells] == [
+        "test_todo3_first",
+        "test_todo3_second",
+    ]
+    assert [c.metadata.nbgrader["points"] for c in cells] == [2, 3]
+    assert cells[0].source.splitlines() == [
+        "# TODO 3 · 甲（2 分）：第一项",
+        "### BEGIN HIDDEN TESTS",
+        "#| check: todo3.py::check_todo3_first",
+        "### END HIDDEN TESTS",
+    ]
+    assert "check_todo3_second" in load_checks("todo3.py")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ("points=3", "points=4", "give 6 points, TOTAL_POINTS says 5"),
+        ("check_todo3_second", "check_todo3_first", "defined more than once"),
+        ('@check(points=3, title="乙", says="第二项")\n', "", "has no @check"),
+        ('title="乙"', "title=TITLE", "must be literals"),
+        ('says="第二项"', 'says=""', "one non-empty line"),
+        ("points=3", "points=3, hidden=True", "takes exactly"),
+        ("check_todo3_second", "check_todo4_second", "TODO 4 is not in TOTAL_POINTS"),
+        ("check_todo3_second", "check_second", "named check_todo<N>_<name>"),
+        ("TOTAL_POINTS = {3: 5}", "TOTAL = 5", "no TOTAL_POINTS"),
+        ("    pass\n", "    return 1 if x else ''''''\n", "holds"),
+    ],
+)
+def test_a_malformed_declaration_is_a_source_error(checks_dir, old, new, says):
+    assert old in GOOD
+    (checks_dir / "todo3.py").write_text(GOOD.replace(old, new, 1))
+    with pytest.raises(SourceError, match=says):
+        checkcells.declarations("todo3.py")
+        checkcells.check_code("todo3.py")
+
+
+def test_no_function_of_the_source_or_its_checks_runs_past_80_lines():
+    long = []
+    for path in sorted(nbsource.SOURCE_PATH.parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                if node.end_lineno - first + 1 > 80:
+                    long.append(f"{path.name}:{node.lineno} {node.name}")
+    assert long == [], f"split these: {long}"

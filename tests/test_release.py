@@ -138,7 +138,7 @@ def test_check_files_appear_neither_in_the_release_nor_in_the_solutions():
             hidden = {ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()}
             leaked = (hidden - shown - {""}) & lines
             assert not leaked, f"{path.name} in {notebook.name}: {sorted(leaked)[:5]}"
-        for marker in ("#| check:", "_hidden_code", "<hidden check>", "check_basic"):
+        for marker in ("#| check:", "_hidden_code", "<hidden check>", "check_todo1_basic"):
             assert marker not in text, f"{marker!r} in {notebook.name}"
 
 

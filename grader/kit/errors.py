@@ -28,6 +28,10 @@ class BuildError(KitError):
     """The notebooks or courses cannot be built (nbgrader failed, no short temporary folder)."""
 
 
+class SourceError(BuildError):
+    """The source, a part file or a check file is malformed or missing; the message says where."""
+
+
 class ExportError(KitError):
     """The solutions cannot be printed (no browser, the browser failed)."""
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from ..errors import SourceError
 from ..paths import ASSIGNMENT, CHECKS_DIR, COURSE_SETTINGS, NOTEBOOK_NAME, REPO_ROOT, SOURCE_PATH
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "NOTEBOOK_NAME",
     "REPO_ROOT",
     "SOURCE_PATH",
+    "SourceError",
 ]
 # COURSE_SETTINGS names the course's GitHub repository (the "Open in Colab" badge).
 _GITHUB_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
@@ -182,48 +184,51 @@ _HIDDEN_BLOCK = re.compile(
 )
 
 
-# Hidden checks live in plain files next to the source, one per TODO: `checks/todo<N>.py`.
-# A grade cell names one check inside its hidden block; the build inlines the file there.
+# Hidden checks live in plain files next to the source (`checks/todo<N>.py`, one per TODO, or one
+# per part), each check declared once (`checkcells`). A `#| checks: FILE.py` cell becomes that
+# file's grade cells; each names one check in its hidden block, and the build inlines it there.
 _CHECK_LINE = re.compile(r"^#\| check: ([\w-]+\.py)::(check_\w+)[ \t]*$", re.MULTILINE)
 HIDDEN_CHECK_FILENAME = "<hidden check>"  # what a traceback names: it cannot quote the lines
 _TRIPLE = "'" * 3
 
 
 def named_checks(text: str) -> list[tuple[str, str]]:
-    """The (file, function) pairs that `#| check: todo1.py::check_types` lines in `text` name."""
+    """The (file, function) pairs that `#| check: todo1.py::check_todo1_types` lines in `text` name."""
     return _CHECK_LINE.findall(text)
 
 
 def check_file_text(filename: str) -> str:
-    """The text of one check file; a clear error when it is missing."""
+    """The text of one file in checks/; a `SourceError` when it is missing."""
     path = CHECKS_DIR / filename
     if not path.is_file():
-        raise SystemExit(f"a grade cell names {filename}, but {path} does not exist")
+        raise SourceError(f"the source names {filename}, but {path} does not exist")
     return path.read_text(encoding="utf-8")
 
 
 def load_checks(filename: str) -> dict:
-    """Run one check file as a grade cell does; return its namespace (the `check_*` functions)."""
+    """Run a check file's code as a grade cell does; return its namespace (the `check_*` functions)."""
+    from .checkcells import check_code
+
     scope: dict = {"__name__": "hidden_check"}
-    exec(compile(check_file_text(filename), HIDDEN_CHECK_FILENAME, "exec"), scope)
+    exec(compile(check_code(filename), HIDDEN_CHECK_FILENAME, "exec"), scope)
     return scope
 
 
 def inline_checks(text: str) -> str:
-    """A grade cell with each `#| check: FILE::NAME` line replaced by the file's code and a call.
+    """A grade cell with each `#| check: FILE::NAME` line replaced by the check's code and a call.
 
-    The file runs in a scope of its own (a learner's cell cannot replace one of its helpers),
-    compiled under a name no traceback can quote lines from; the check gets the notebook's
-    namespace. A raw triple-quoted string keeps the code readable in formgrader.
+    The code (`checkcells.check_code`: the common helpers, the part's and the file) runs in a
+    scope of its own (a learner's cell cannot replace one of its helpers), compiled under a name
+    no traceback can quote lines from; the check gets the notebook's namespace. A raw
+    triple-quoted string keeps the code readable in formgrader.
     """
+    from .checkcells import check_code
 
     def inline(match: re.Match) -> str:
         filename, name = match.groups()
-        code = check_file_text(filename).rstrip()
-        if _TRIPLE in code or code.endswith("\\"):
-            raise SystemExit(f"{filename} cannot be inlined: it holds {_TRIPLE} or ends in \\")
+        code = check_code(filename)
         if not re.search(rf"^def {name}\(ns\)", code, re.MULTILINE):
-            raise SystemExit(f"a grade cell names {filename}::{name}, which it does not define")
+            raise SourceError(f"a grade cell names {filename}::{name}, which it does not define")
         return "\n".join(
             (
                 f"_hidden_code = r{_TRIPLE}",
@@ -248,20 +253,27 @@ def read_source(path: Path = SOURCE_PATH) -> nbformat.NotebookNode:
     """Parse the percent-format source into a notebook (nbgrader metadata included).
 
     Include cells (`#| include: part4_scheduler.py`) are replaced by the named file's cells, so
-    a part can live in a file of its own while the notebook stays one.
+    a part can live in a file of its own while the notebook stays one; `#| checks: todo1.py`
+    cells by the grade cells that check file declares (`checkcells.grade_cells`).
     """
+    from .checkcells import grade_cells, is_checks_cell
+
     nb = jupytext.read(str(path), fmt="py:percent")
     cells = []
     for cell in nb.cells:
         included = _INCLUDE_LINE.match(cell.source) if cell.cell_type == "code" else None
-        if not included:
+        if included:
+            part = path.parent / included.group(1)
+            if not part.is_file():
+                raise SourceError(
+                    f"{path.name} includes {included.group(1)}, but {part} does not exist"
+                )
+            cells.extend(jupytext.read(str(part), fmt="py:percent").cells)
+        else:
             cells.append(cell)
-            continue
-        part = path.parent / included.group(1)
-        if not part.is_file():
-            raise SystemExit(f"{path.name} includes {included.group(1)}, but {part} does not exist")
-        cells.extend(jupytext.read(str(part), fmt="py:percent").cells)
-    nb.cells = cells
+    nb.cells = [
+        new for cell in cells for new in (grade_cells(cell) if is_checks_cell(cell) else [cell])
+    ]
     return nb
 
 

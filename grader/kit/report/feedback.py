@@ -342,4 +342,3 @@ def output_html(output, is_grade: bool) -> str:
         return f"<pre class=fail>{esc(scrub_paths(text))}</pre>"
     text = output.get("data", {}).get("text/plain")
     return f"<pre>{esc(scrub_paths(text))}</pre>" if text else ""
-

@@ -23,10 +23,7 @@ higher column: an overridden `score` stays what the instructor wrote.
 from __future__ import annotations
 
 import csv
-import io
 import json
-import math
-import re
 import sys
 from pathlib import Path
 
@@ -37,8 +34,8 @@ from .formats import open_csv, write_csv
 from .overrides import OVERRIDE_COLUMNS, apply_overrides, read_overrides
 from .scores import (
     FIXED_COLUMNS,
-    TRAILING_COLUMNS,
     TODO_COLUMN,
+    TRAILING_COLUMNS,
     column_maxima,
     counted_score,
     fmt,
@@ -227,5 +224,3 @@ def summary_table(outcomes, rows: dict | None = None) -> str:
         ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) + f"; {repaired} repaired"
     )
     return "\n".join(lines)
-
-

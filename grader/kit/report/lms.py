@@ -33,10 +33,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import paths
-from ..intake.layouts import read_name
 from ..authoring.nbsource import ASSIGNMENT, COURSE_SETTINGS, PARTS
-from .grades import write_csv
+from ..intake.layouts import read_name
 from ..intake.roster import Roster
+from .grades import write_csv
 
 ROSTER_COLUMNS = ["student_id", "name", "lms_user_id", "email"]
 CANVAS_FIXED = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]

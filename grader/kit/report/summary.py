@@ -7,7 +7,6 @@ fetched from the network. Built from grades.csv's rows (overrides applied), ever
 
 from __future__ import annotations
 
-import html
 from collections import Counter
 from pathlib import Path
 

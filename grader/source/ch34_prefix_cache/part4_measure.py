@@ -238,117 +238,166 @@ def simulate_serving(workload, step_seconds, max_num_batched_tokens, max_num_seq
     scheduler_class = Scheduler if scheduler_class is None else scheduler_class
     decode_first = not issubclass(scheduler_class, PrefillFirstScheduler)
     scheduler = scheduler_class(max_num_batched_tokens, max_num_seqs, block_size=block_size, prefix_cache=cache)
-    requests, arrival, admitted, finished, first_hit, token_times, busy = {}, {}, set(), set(), {}, {}, {}
-    for i, (when, prompt, max_tokens) in enumerate(workload):
-        rid = f"r{i}"
-        requests[rid] = Request(rid, prompt, max_tokens)
-        arrival[rid] = when
-    order = list(requests)
-    total_tokens = sum(len(r.prompt_token_ids) + r.max_tokens for r in requests.values())
-    clock, next_arrival, steps, num_steps, prefill_tokens = 0.0, 0, [], 0, 0
-    active, running = [], []  # 已到达、没结束的请求（按到达顺序）；其中已被接纳的（按接纳顺序）
-
-    def fail(todo, message):
-        raise SchedulerCheckError(f"模拟第 {num_steps + 1} 步：{message}。回到 {todo} 检查（先让第四部分的可见检查通过）")
-
-    while len(finished) < len(order):
-        if num_steps > total_tokens:  # 每一步至少推进 1 个 token，超过这个数一定是调度器在原地打转
-            fail("TODO 17–19", f"{num_steps} 步后还有请求没结束")
-        while next_arrival < len(order) and arrival[order[next_arrival]] <= clock:
-            scheduler.add_request(requests[order[next_arrival]])
-            active.append(order[next_arrival])
-            next_arrival += 1
-        if not active:
-            clock = arrival[order[next_arrival]]  # 空闲：时钟跳到下一个请求到达
+    run = _ServingRun(workload, scheduler, max_num_batched_tokens, max_num_seqs, block_size, cache, decode_first)
+    while len(run.finished) < len(run.order):
+        if run.num_steps > run.total_tokens:  # 每一步至少推进 1 个 token，超过这个数一定是调度器在原地打转
+            run.fail("TODO 17–19", f"{run.num_steps} 步后还有请求没结束")
+        run.admit_arrivals()
+        if not run.active:
+            run.clock = run.arrival[run.order[run.next_arrival]]  # 空闲：时钟跳到下一个请求到达
             continue
-        before = {rid: requests[rid].num_computed_tokens for rid in active}
+        run.step(step_seconds, record_steps)
+    return run.result(record_steps)
+
+
+class _ServingRun:
+    """simulate_serving 的一次运行：时钟、各请求的状态，以及每一步对调度器输出的核对。"""
+
+    def __init__(self, workload, scheduler, max_num_batched_tokens, max_num_seqs, block_size, cache, decode_first):
+        self.scheduler, self.cache, self.block_size, self.decode_first = scheduler, cache, block_size, decode_first
+        self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
+        self.requests, self.arrival, self.admitted, self.finished = {}, {}, set(), set()
+        self.first_hit, self.token_times, self.busy = {}, {}, {}
+        for i, (when, prompt, max_tokens) in enumerate(workload):
+            rid = f"r{i}"
+            self.requests[rid] = Request(rid, prompt, max_tokens)
+            self.arrival[rid] = when
+        self.order = list(self.requests)
+        self.total_tokens = sum(len(r.prompt_token_ids) + r.max_tokens for r in self.requests.values())
+        self.clock, self.next_arrival, self.steps, self.num_steps, self.prefill_tokens = 0.0, 0, [], 0, 0
+        self.active, self.running = [], []  # 已到达、没结束的请求（按到达顺序）；其中已被接纳的（按接纳顺序）
+
+    def fail(self, todo, message):
+        raise SchedulerCheckError(f"模拟第 {self.num_steps + 1} 步：{message}。回到 {todo} 检查（先让第四部分的可见检查通过）")
+
+    def admit_arrivals(self):
+        """把时钟之前到达的请求交给调度器。"""
+        while self.next_arrival < len(self.order) and self.arrival[self.order[self.next_arrival]] <= self.clock:
+            self.scheduler.add_request(self.requests[self.order[self.next_arrival]])
+            self.active.append(self.order[self.next_arrival])
+            self.next_arrival += 1
+
+    def step(self, step_seconds, record_steps):
+        """一步：调度，核对排了什么，时钟前进这一步的时长，再交回采样结果并核对。"""
+        requests = self.requests
+        before = {rid: requests[rid].num_computed_tokens for rid in self.active}
+        out, scheduled = self.schedule()
+        chunks, decode_tokens = self.check_scheduled(scheduled, before)
+        if self.decode_first and sum(scheduled.values()) < self.max_num_batched_tokens:
+            self.check_decode_first(scheduled)
+        duration = step_seconds(chunks)
+        if record_steps:
+            self.steps.append((self.clock, duration, decode_tokens, sum(scheduled.values()) - decode_tokens))
+        self.clock += duration
+        self.num_steps += 1
+        for rid in scheduled:
+            if rid not in self.token_times:  # 还没出第一个 token：这一步的时长算进它的 prefill
+                self.busy[rid] = self.busy.get(rid, 0.0) + duration
+        self.update(out, scheduled, before)
+
+    def schedule(self):
+        """调用 schedule()，核对它的输出是一个非空、不超预算的 dict。"""
         try:
-            out = scheduler.schedule()
+            out = self.scheduler.schedule()
         except NotImplementedError:
             raise
         except Exception as error:
-            fail("TODO 15–18", f"schedule() 抛出 {type(error).__name__}: {error}")
+            self.fail("TODO 15–18", f"schedule() 抛出 {type(error).__name__}: {error}")
         scheduled = getattr(out, "num_scheduled_tokens", None)
         if not isinstance(scheduled, dict):
-            fail("TODO 17–18", f"out.num_scheduled_tokens 应是 dict，得到 {type(scheduled).__name__}")
+            self.fail("TODO 17–18", f"out.num_scheduled_tokens 应是 dict，得到 {type(scheduled).__name__}")
         if not scheduled:
-            fail("TODO 17–18", f"有 {len(active)} 个请求没结束，schedule() 却一个 token 也没排")
-        if sum(scheduled.values()) > max_num_batched_tokens:
-            fail("TODO 16–18", f"这一步一共排了 {sum(scheduled.values())} 个 token，超过预算 {max_num_batched_tokens}")
+            self.fail("TODO 17–18", f"有 {len(self.active)} 个请求没结束，schedule() 却一个 token 也没排")
+        if sum(scheduled.values()) > self.max_num_batched_tokens:
+            self.fail("TODO 16–18", f"这一步一共排了 {sum(scheduled.values())} 个 token，超过预算 {self.max_num_batched_tokens}")
+        return out, scheduled
+
+    def check_scheduled(self, scheduled, before):
+        """核对每个被排上的请求：新请求从命中长度开始，老请求接着算，不多给；返回 [(n, P)] 和 decode token 数。"""
         chunks, decode_tokens = [], 0
         for rid, n in scheduled.items():
             if rid not in before:
-                fail("TODO 18–19", f"排了 {rid!r}，它不是一个已到达、没结束的请求")
+                self.fail("TODO 18–19", f"排了 {rid!r}，它不是一个已到达、没结束的请求")
             if type(n) is not int or n <= 0:
-                fail("TODO 17–18", f"{rid} 分到 {n!r} 个 token，应是正整数（分到 0 个的请求不要记）")
-            request = requests[rid]
+                self.fail("TODO 17–18", f"{rid} 分到 {n!r} 个 token，应是正整数（分到 0 个的请求不要记）")
+            request = self.requests[rid]
             start = request.num_computed_tokens - n
-            if rid not in admitted:
-                expected = 0 if cache is None else min(cache.match_prefix(request.prompt_token_ids), request.num_tokens - 1) // block_size * block_size
-                if start != expected:
-                    fail("TODO 15 和 TODO 18", f"新请求 {rid}（{request.num_prompt_tokens} 个 token）应从命中长度 {expected} 开始算，实际从 {start} 开始")
-                admitted.add(rid)
-                running.append(rid)
-                first_hit[rid] = start
+            if rid not in self.admitted:
+                self.check_admitted(rid, request, start)
             elif start != before[rid]:
-                fail("TODO 17", f"{rid} 的 num_computed_tokens 从 {before[rid]} 变成 {request.num_computed_tokens}，只应增加 {n}")
+                self.fail("TODO 17", f"{rid} 的 num_computed_tokens 从 {before[rid]} 变成 {request.num_computed_tokens}，只应增加 {n}")
             if request.num_computed_tokens > request.num_tokens:
-                fail("TODO 16", f"{rid} 只欠 {request.num_tokens - start} 个 token，却分到 {n} 个")
+                self.fail("TODO 16", f"{rid} 只欠 {request.num_tokens - start} 个 token，却分到 {n} 个")
             if start >= request.num_prompt_tokens:
                 decode_tokens += n
             else:
-                prefill_tokens += min(n, request.num_prompt_tokens - start)
+                self.prefill_tokens += min(n, request.num_prompt_tokens - start)
             chunks.append((n, start))
-        if decode_first and sum(scheduled.values()) < max_num_batched_tokens:
-            idle = [rid for rid in running if rid not in scheduled]
-            if idle:
-                fail("TODO 17", f"预算还剩 {max_num_batched_tokens - sum(scheduled.values())}，running 里的 {idle[0]} 却没被排上")
-            if len(running) < len(active) and len(running) < max_num_seqs:
-                waiting = next(rid for rid in active if rid not in admitted)
-                fail("TODO 18", f"预算还剩、running 只有 {len(running)} 个（max_num_seqs={max_num_seqs}），等待中的 {waiting} 却没被接纳")
-        duration = step_seconds(chunks)
-        if record_steps:
-            steps.append((clock, duration, decode_tokens, sum(scheduled.values()) - decode_tokens))
-        clock += duration
-        num_steps += 1
-        for rid in scheduled:
-            if rid not in token_times:  # 还没出第一个 token：这一步的时长算进它的 prefill
-                busy[rid] = busy.get(rid, 0.0) + duration
+        return chunks, decode_tokens
+
+    def check_admitted(self, rid, request, start):
+        """新接纳的请求应从按整块取整的命中长度开始算。"""
+        cache, block_size = self.cache, self.block_size
+        expected = 0 if cache is None else min(cache.match_prefix(request.prompt_token_ids), request.num_tokens - 1) // block_size * block_size
+        if start != expected:
+            self.fail("TODO 15 和 TODO 18", f"新请求 {rid}（{request.num_prompt_tokens} 个 token）应从命中长度 {expected} 开始算，实际从 {start} 开始")
+        self.admitted.add(rid)
+        self.running.append(rid)
+        self.first_hit[rid] = start
+
+    def check_decode_first(self, scheduled):
+        """decode 优先、预算没用完：running 里的请求都该排上，有空位时等待的请求该被接纳。"""
+        left = self.max_num_batched_tokens - sum(scheduled.values())
+        idle = [rid for rid in self.running if rid not in scheduled]
+        if idle:
+            self.fail("TODO 17", f"预算还剩 {left}，running 里的 {idle[0]} 却没被排上")
+        if len(self.running) < len(self.active) and len(self.running) < self.max_num_seqs:
+            waiting = next(rid for rid in self.active if rid not in self.admitted)
+            self.fail("TODO 18", f"预算还剩、running 只有 {len(self.running)} 个（max_num_seqs={self.max_num_seqs}），等待中的 {waiting} 却没被接纳")
+
+    def update(self, out, scheduled, before):
+        """交回这一步的采样结果：追上的请求各得 1 个 token，到 max_tokens 的结束，算完 prompt 的登记满块。"""
+        requests, cache = self.requests, self.cache
         caught_up = {rid for rid in scheduled if requests[rid].num_computed_tokens == requests[rid].num_tokens}
         outputs_before = {rid: len(requests[rid].output_token_ids) for rid in scheduled}
         try:
-            scheduler.update_from_output(out, {rid: 1 + num_steps % 97 for rid in scheduled})
+            self.scheduler.update_from_output(out, {rid: 1 + self.num_steps % 97 for rid in scheduled})
         except NotImplementedError:
             raise
         except Exception as error:
-            fail("TODO 19", f"update_from_output 抛出 {type(error).__name__}: {error}")
+            self.fail("TODO 19", f"update_from_output 抛出 {type(error).__name__}: {error}")
         for rid in scheduled:
             request = requests[rid]
             gained = len(request.output_token_ids) - outputs_before[rid]
             if gained != (1 if rid in caught_up else 0):
                 state = "已经追上" if rid in caught_up else "还在 prefill 中途"
-                fail("TODO 19", f"{rid} {state}，这一步应收到 {1 if rid in caught_up else 0} 个 token，实际收到 {gained} 个")
+                self.fail("TODO 19", f"{rid} {state}，这一步应收到 {1 if rid in caught_up else 0} 个 token，实际收到 {gained} 个")
             if gained:
-                token_times.setdefault(rid, []).append(clock)
+                self.token_times.setdefault(rid, []).append(self.clock)
                 if len(request.output_token_ids) >= request.max_tokens:
-                    finished.add(rid)
-                    active.remove(rid)
-                    running.remove(rid)
+                    self.finished.add(rid)
+                    self.active.remove(rid)
+                    self.running.remove(rid)
             if cache is not None and request.num_computed_tokens >= request.num_prompt_tokens and before[rid] < request.num_prompt_tokens:
                 cache.insert(request.prompt_token_ids)  # prompt 刚算完：登记它的满块
-        for rid in finished & set(scheduled):
-            if rid in getattr(scheduler, "requests", {}):
-                fail("TODO 19", f"{rid} 已生成 max_tokens 个 token，却还留在调度器里")
-    ttft = [token_times[rid][0] - arrival[rid] for rid in order]
-    tbt = [later - earlier for rid in order for earlier, later in zip(token_times[rid], token_times[rid][1:])]
-    result = {
-        "ttft": ttft, "tbt": tbt, "token_times": token_times, "num_steps": num_steps, "makespan": clock, "prefill_tokens": prefill_tokens,
-        "hit_tokens": sum(first_hit.values()), "prompt_tokens": sum(r.num_prompt_tokens for r in requests.values()),
-        "prefill_busy": [busy.get(rid, 0.0) for rid in order], "uncached": [requests[rid].num_prompt_tokens - first_hit[rid] for rid in order],
-    }
-    if record_steps:
-        result["steps"] = steps
-    return result
+        for rid in self.finished & set(scheduled):
+            if rid in getattr(self.scheduler, "requests", {}):
+                self.fail("TODO 19", f"{rid} 已生成 max_tokens 个 token，却还留在调度器里")
+
+    def result(self, record_steps):
+        """simulate_serving 返回的 dict。"""
+        order, requests, token_times, first_hit = self.order, self.requests, self.token_times, self.first_hit
+        ttft = [token_times[rid][0] - self.arrival[rid] for rid in order]
+        tbt = [later - earlier for rid in order for earlier, later in zip(token_times[rid], token_times[rid][1:])]
+        result = {
+            "ttft": ttft, "tbt": tbt, "token_times": token_times, "num_steps": self.num_steps, "makespan": self.clock,
+            "prefill_tokens": self.prefill_tokens,
+            "hit_tokens": sum(first_hit.values()), "prompt_tokens": sum(r.num_prompt_tokens for r in requests.values()),
+            "prefill_busy": [self.busy.get(rid, 0.0) for rid in order], "uncached": [requests[rid].num_prompt_tokens - first_hit[rid] for rid in order],
+        }
+        if record_steps:
+            result["steps"] = self.steps
+        return result
 
 
 def summarize_run(label, result):

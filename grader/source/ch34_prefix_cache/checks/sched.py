@@ -6,40 +6,15 @@ oracle written here, step by step on seeded random traces, plus fixed vectors an
 Isolation: the TODO under test runs as the learner wrote it; the scheduler's other TODO methods
 are replaced by the oracle's on a subclass, and `num_cached_tokens` (TODO 15) by the oracle's
 for the duration of the check, so one mistake costs one TODO.
-Points: TODO 15 blocks 3, full_hit 2, no_cache 1; TODO 16 owed 2, threshold 2; TODO 17
-decodes_first 3, budget 2, random 2; TODO 18 fixed_vector 2, fcfs 2, prefix_hit 2, random 2;
-TODO 19 catch_up 2, finish 2, random 1 (30 in all).
 """
 
-import random as _random
-from collections import deque as _deque
+import random
+from collections import deque
 
-_TODOS = {15: "num_cached_tokens", 16: "_num_new_tokens", 17: "_schedule_running"}
-_TODOS.update({18: "_schedule_waiting", 19: "update_from_output"})
-
-
-def _named(todo, title):
-    """A check's messages read "TODO N · title: ..."; an unfinished TODO is named as such."""
-    label = f"TODO {todo}"
-
-    def wrap(check):
-        def run(ns):
-            try:
-                return check(ns)
-            except NotImplementedError:
-                raise NotImplementedError(
-                    f"{label} · {title}：请先完成 {label}（{_TODOS[todo]} 仍在 raise NotImplementedError）"
-                ) from None
-            except AssertionError as error:
-                text = str(error)
-                if text.startswith(label):
-                    text = f"{label} · {title}" + text[len(label) :]
-                raise AssertionError(text) from None
-
-        run.__name__, run.__doc__ = check.__name__, check.__doc__
-        return run
-
-    return wrap
+# What the learner writes for each TODO; the other TODOs' methods are the oracle's.
+UNDER_TEST = {15: "num_cached_tokens", 16: "_num_new_tokens", 17: "_schedule_running"}
+UNDER_TEST.update({18: "_schedule_waiting", 19: "update_from_output"})
+TOTAL_POINTS = {15: 6, 16: 4, 17: 7, 18: 8, 19: 5}  # each TODO's points, shared by its checks
 
 
 # ---- the oracle: vLLM v1's step, as part four states it ----
@@ -102,7 +77,7 @@ class _Isolated:
         self.ns, self.todo = ns, todo
 
     def __enter__(self):
-        methods = {_TODOS[t]: f for t, f in _ORACLE.items() if t != self.todo}
+        methods = {UNDER_TEST[t]: f for t, f in _ORACLE.items() if t != self.todo}
         self.saved = self.ns.get("num_cached_tokens", _ABSENT)
         if self.todo != 15:
             self.ns["num_cached_tokens"] = _o_cached
@@ -127,7 +102,7 @@ class _OracleScheduler:
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
         self.block_size, self.prefix_cache = block_size, prefix_cache
         self.long_prefill_token_threshold = long_prefill_token_threshold
-        self.waiting, self.running, self.requests = _deque(), [], {}
+        self.waiting, self.running, self.requests = deque(), [], {}
 
     def add_request(self, request):
         self.requests[request.request_id] = request
@@ -214,7 +189,7 @@ def _describe(settings, prefixes, requests):
 
 def _compare_with_oracle(ns, todo, seed, traces=40, what="调度"):
     """The learner's TODO (others: oracle) against the oracle, step by step, on seeded traces."""
-    rng = _random.Random(seed)
+    rng = random.Random(seed)
     for _ in range(traces):
         trace = _random_trace(rng)
         expected, _, _ = _drive(ns, _OracleScheduler, *trace)
@@ -256,12 +231,12 @@ def _types_ok(scheduled):
 # ---- TODO 15: the hit rule ----
 
 
-@_named(15, "按整块命中")
+@check(points=3, title="按整块命中", says="命中长度向下取整到 block_size 的倍数，短于一块的前缀不命中")
 def check_todo15_blocks(ns):
     """Hits round down to whole blocks, a prefix shorter than one block never hits, hits span blocks."""
     f = ns["num_cached_tokens"]
     cases = [(37, 60, 16), (10, 60, 16), (16, 60, 16), (31, 32, 8), (200, 220, 16), (5, 9, 1)]
-    rng = _random.Random(3415)
+    rng = random.Random(3415)
     cases += [(rng.randint(0, 90), 100, rng.choice([1, 2, 3, 4, 16, 32])) for _ in range(30)]
     for matched, length, block in cases:
         tokens = list(range(length))
@@ -274,7 +249,7 @@ def check_todo15_blocks(ns):
         )
 
 
-@_named(15, "完整命中")
+@check(points=2, title="完整命中", says="最多到 num_tokens - 1，再按块取整")
 def check_todo15_full_hit(ns):
     """A fully cached prompt is capped at num_tokens - 1, then rounded to blocks."""
     f = ns["num_cached_tokens"]
@@ -289,7 +264,7 @@ def check_todo15_full_hit(ns):
         )
 
 
-@_named(15, "没有缓存")
+@check(points=1, title="没有缓存", says="没有缓存（None）或没有命中时为 0，只读缓存")
 def check_todo15_no_cache(ns):
     """prefix_cache=None means no hit; a cache that matches nothing gives 0; the cache is only read."""
     f = ns["num_cached_tokens"]
@@ -314,7 +289,7 @@ def check_todo15_no_cache(ns):
 # ---- TODO 16: how many tokens a request gets ----
 
 
-@_named(16, "欠多少给多少")
+@check(points=2, title="欠多少给多少", says="decode 欠 1 个，prefill 欠剩下的 prompt，不超过预算")
 def check_todo16_owed(ns):
     """A decode owes 1, a partial prefill the rest of its prompt, both capped by the budget."""
     with _Isolated(ns, 16) as cls:
@@ -334,7 +309,7 @@ def check_todo16_owed(ns):
         )
 
 
-@_named(16, "long_prefill_token_threshold")
+@check(points=2, title="threshold", says="long_prefill_token_threshold：大于 0 时封顶，0 表示不限")
 def check_todo16_threshold(ns):
     """A threshold above 0 caps a request's tokens in one step; 0 means no cap."""
     with _Isolated(ns, 16) as cls:
@@ -359,7 +334,7 @@ def check_todo16_threshold(ns):
 # ---- TODO 17: the running requests ----
 
 
-@_named(17, "先 decode")
+@check(points=3, title="先 decode", says="先排 running：decode 各扣 1 个预算，做了一半的 prefill 接着做，按接纳顺序")
 def check_todo17_decodes_first(ns):
     """Running requests are served before new ones, in admission order, a decode charged one token."""
     with _Isolated(ns, 17) as cls:
@@ -386,11 +361,11 @@ def check_todo17_decodes_first(ns):
         )
 
 
-@_named(17, "预算")
+@check(points=2, title="预算", says="总数不超过预算，每个数都是正整数，预算用完就停")
 def check_todo17_budget(ns):
     """The running requests never take more than the budget, stop at zero, and skip those owed nothing."""
     with _Isolated(ns, 17) as cls:
-        rng = _random.Random(3417)
+        rng = random.Random(3417)
         for _ in range(30):
             settings, prefixes, requests = _random_trace(rng)
             steps, _, _ = _drive(ns, cls, settings, prefixes, requests)
@@ -409,7 +384,7 @@ def check_todo17_budget(ns):
         )
 
 
-@_named(17, "随机轨迹")
+@check(points=2, title="随机轨迹", says="逐步与参考实现比较")
 def check_todo17_random(ns):
     """Seeded random traces, step by step against the oracle."""
     _compare_with_oracle(ns, 17, seed=3470)
@@ -418,24 +393,7 @@ def check_todo17_random(ns):
 # ---- TODO 18: admitting waiting requests ----
 
 
-@_named(18, "固定例子")
-def check_todo18_fixed_vector(ns):
-    """A budget of 1024 and three new 800-token prompts schedule 800, 224 and nothing."""
-    with _Isolated(ns, 18) as cls:
-        prompts = {rid: list(range(800)) for rid in "abc"}
-        sched, _ = _fresh(cls, ns, {"max_num_batched_tokens": 1024, "max_num_seqs": 8}, prompts)
-        first = _step(sched)
-        assert first == {"a": 800, "b": 224}, (
-            f"TODO 18: 预算 1024、三个 800 token 的新请求，第一步应调度 {{'a': 800, 'b': 224}}"
-            f"（c 这一步拿不到预算），得到 {first}"
-        )
-        second = _step(sched)
-        assert second == {"a": 1, "b": 576, "c": 447}, (
-            f"TODO 18: 第二步应调度 {{'a': 1, 'b': 576, 'c': 447}}，得到 {second}"
-        )
-
-
-@_named(18, "先来先服务与 max_num_seqs")
+@check(points=2, title="先来先服务", says="按到达顺序接纳，运行中的请求不超过 max_num_seqs")
 def check_todo18_fcfs(ns):
     """Waiting requests are admitted in arrival order, never beyond max_num_seqs running."""
     with _Isolated(ns, 18) as cls:
@@ -455,7 +413,7 @@ def check_todo18_fcfs(ns):
         )
 
 
-@_named(18, "命中的前缀不调度")
+@check(points=2, title="命中的前缀不调度", says="命中的 token 不调度，也不扣预算；完整命中重算最后一块")
 def check_todo18_prefix_hit(ns):
     """A new request starts at its block-aligned hit; cached tokens are never scheduled, even when
     the hit is longer than one step's budget."""
@@ -481,7 +439,24 @@ def check_todo18_prefix_hit(ns):
         )
 
 
-@_named(18, "随机轨迹")
+@check(points=2, title="固定例子", says="预算 1024、三个 800 token 的请求 → 800、224、0")
+def check_todo18_fixed_vector(ns):
+    """A budget of 1024 and three new 800-token prompts schedule 800, 224 and nothing."""
+    with _Isolated(ns, 18) as cls:
+        prompts = {rid: list(range(800)) for rid in "abc"}
+        sched, _ = _fresh(cls, ns, {"max_num_batched_tokens": 1024, "max_num_seqs": 8}, prompts)
+        first = _step(sched)
+        assert first == {"a": 800, "b": 224}, (
+            f"TODO 18: 预算 1024、三个 800 token 的新请求，第一步应调度 {{'a': 800, 'b': 224}}"
+            f"（c 这一步拿不到预算），得到 {first}"
+        )
+        second = _step(sched)
+        assert second == {"a": 1, "b": 576, "c": 447}, (
+            f"TODO 18: 第二步应调度 {{'a': 1, 'b': 576, 'c': 447}}，得到 {second}"
+        )
+
+
+@check(points=2, title="随机轨迹", says="随机轨迹（共享前缀）：逐步与参考实现比较")
 def check_todo18_random(ns):
     """Seeded random traces with shared prefixes, step by step against the oracle."""
     _compare_with_oracle(ns, 18, seed=3480)
@@ -490,7 +465,7 @@ def check_todo18_random(ns):
 # ---- TODO 19: after the step ----
 
 
-@_named(19, "追上才采样")
+@check(points=2, title="追上才采样", says="prefill 中途不产生 token")
 def check_todo19_catch_up(ns):
     """A request still in prefill samples nothing; one that caught up takes its token."""
     with _Isolated(ns, 19) as cls:
@@ -518,7 +493,7 @@ def check_todo19_catch_up(ns):
         )
 
 
-@_named(19, "结束")
+@check(points=2, title="结束", says="生成够 max_tokens 个就结束，让出 max_num_seqs 的名额")
 def check_todo19_finish(ns):
     """A request with max_tokens outputs leaves the scheduler and frees its max_num_seqs slot."""
     with _Isolated(ns, 19) as cls:
@@ -535,7 +510,7 @@ def check_todo19_finish(ns):
         assert _step(sched) == {}, "TODO 19: 结束的请求不应再被调度"
 
 
-@_named(19, "随机轨迹")
+@check(points=1, title="随机轨迹", says="输出与状态逐步与参考实现比较")
 def check_todo19_random(ns):
     """Seeded random traces, outputs and states step by step against the oracle."""
     _compare_with_oracle(ns, 19, seed=3490, what="采样或结束")

@@ -3,97 +3,16 @@
 While a check runs, the notebook's `chunked_prefill`, `PrefixCacheManager` and `as_token_list` are
 replaced by reference versions (restored afterwards), so a mistake in TODO 1-9 costs TODO 10 nothing.
 The model is a reference model written here, wrapped in a counter of the tokens each call fed.
-Points: miss 2, hit 4, full_hit 3, cache_unchanged 3, manager_and_chunks 3 (15 in all).
 """
 
-import contextlib as _contextlib
-import random as _random
+import contextlib
+import random
 
-import torch as _torch
-import torch.nn.functional as _F
+import torch
 
-_TODO = "TODO 10"
-
-
-def _named(title):
-    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
-
-    def wrap(check):
-        def run(ns):
-            try:
-                return check(ns)
-            except NotImplementedError:
-                raise NotImplementedError(
-                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
-                ) from None
-            except AssertionError as error:
-                text = str(error)
-                if text.startswith(_TODO):
-                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
-                raise AssertionError(text) from None
-
-        run.__name__, run.__doc__ = check.__name__, check.__doc__
-        return run
-
-    return wrap
-_VOCAB = 64
-
-
-class _OracleLM:
-    """The TinyCausalLM interface: model(ids, past_kv=None) -> (logits, past_kv), weights from `seed`."""
-
-    def __init__(self, seed, vocab=_VOCAB, d=32, n_layers=2, n_heads=2, max_positions=160):
-        g = _torch.Generator().manual_seed(seed)
-
-        def rand(*shape, std=1.0):
-            return _torch.randn(*shape, generator=g) * std
-
-        self.d, self.nh, self.vocab = d, n_heads, vocab
-        self.wte, self.wpe = rand(vocab, d), rand(max_positions, d)
-        self.layers = [
-            (
-                rand(d, 3 * d, std=d**-0.5),
-                rand(d, d, std=d**-0.5),
-                rand(d, 4 * d, std=d**-0.5),
-                rand(4 * d, d, std=(4 * d) ** -0.5),
-            )
-            for _ in range(n_layers)
-        ]
-        self.head = rand(d, vocab, std=d**-0.5)
-
-    def __call__(self, token_ids, past_kv=None):
-        idx = _torch.as_tensor(token_ids, dtype=_torch.long)
-        if not (idx.dim() == 1 and idx.numel() > 0):
-            raise ValueError("参考模型只接受非空的一维 token 序列")
-        d, nh, hs = self.d, self.nh, self.d // self.nh
-        P, T = (0 if past_kv is None else past_kv[0][0].shape[1]), idx.numel()
-        x = self.wte[idx] + self.wpe[P : P + T]
-        new_kv = []
-        for layer, (w_qkv, w_proj, w_fc, w_out) in enumerate(self.layers):
-            q, k, v = (_F.layer_norm(x, (d,)) @ w_qkv).split(d, dim=-1)
-            q, k, v = (t.view(T, nh, hs).transpose(0, 1) for t in (q, k, v))
-            if past_kv is not None:
-                k = _torch.cat([past_kv[layer][0], k], dim=1)
-                v = _torch.cat([past_kv[layer][1], v], dim=1)
-            keys = k.shape[1]
-            att = (q @ k.transpose(-2, -1)) * hs**-0.5
-            visible = _torch.ones(T, keys, dtype=_torch.bool).tril(keys - T)
-            att = att.masked_fill(~visible, float("-inf")).softmax(-1)
-            x = x + (att @ v).transpose(0, 1).reshape(T, d) @ w_proj
-            x = x + _F.gelu(_F.layer_norm(x, (d,)) @ w_fc) @ w_out
-            new_kv.append((k, v))
-        return _F.layer_norm(x, (d,)) @ self.head, tuple(new_kv)
-
-
-class _Counting:
-    """Wraps a model and records how many tokens each call fed."""
-
-    def __init__(self, model):
-        self.model, self.calls = model, []
-
-    def __call__(self, token_ids, past_kv=None):
-        self.calls.append(len(token_ids))
-        return self.model(token_ids, past_kv=past_kv)
+TODO = "TODO 10"
+UNDER_TEST = "KVPrefixCache.add_prefix / prefill"  # what the learner writes; every other TODO's code is the oracle
+TOTAL_POINTS = {10: 15}  # the TODO's points, shared by its checks
 
 
 def _oracle_chunked_prefill(model, token_ids, chunk_size, past_kv=None):
@@ -103,7 +22,7 @@ def _oracle_chunked_prefill(model, token_ids, chunk_size, past_kv=None):
     for start in range(0, len(token_ids), chunk_size):
         logits, past_kv = model(token_ids[start : start + chunk_size], past_kv=past_kv)
         pieces.append(logits)
-    return _torch.cat(pieces, dim=0), past_kv
+    return torch.cat(pieces, dim=0), past_kv
 
 
 class _OracleManager:
@@ -153,11 +72,11 @@ class _OracleManager:
 
 
 def _oracle_as_token_list(token_ids):
-    values = token_ids.tolist() if isinstance(token_ids, _torch.Tensor) else token_ids
+    values = token_ids.tolist() if isinstance(token_ids, torch.Tensor) else token_ids
     return [int(value) for value in values]
 
 
-@_contextlib.contextmanager
+@contextlib.contextmanager
 def _oracles(ns):
     """Swap in the reference chunked_prefill, PrefixCacheManager and as_token_list; one thread for tiny tensors."""
     replaced = {
@@ -167,13 +86,13 @@ def _oracles(ns):
     }
     missing = object()
     saved = {name: ns.get(name, missing) for name in replaced}
-    threads = _torch.get_num_threads()
+    threads = torch.get_num_threads()
     ns.update(replaced)
-    _torch.set_num_threads(1)
+    torch.set_num_threads(1)
     try:
         yield
     finally:
-        _torch.set_num_threads(threads)
+        torch.set_num_threads(threads)
         for name, value in saved.items():
             if value is missing:
                 ns.pop(name, None)
@@ -181,13 +100,9 @@ def _oracles(ns):
                 ns[name] = value
 
 
-def _close(a, b):
-    return tuple(a.shape) == tuple(b.shape) and _torch.allclose(a, b, rtol=1e-4, atol=1e-5)
-
-
 def _tensors(obj):
     """Every tensor inside nested tuples, lists and dicts, in order."""
-    if isinstance(obj, _torch.Tensor):
+    if isinstance(obj, torch.Tensor):
         return [obj]
     if isinstance(obj, dict):
         return [t for key in sorted(obj, key=repr) for t in _tensors(obj[key])]
@@ -207,7 +122,7 @@ class _Setup:
     """A cache over a counting reference model with three prefixes: short, long = short + more, other."""
 
     def __init__(self, ns, block_size, seed):
-        self.rng = _random.Random(seed)
+        self.rng = random.Random(seed)
         self.oracle = _OracleLM(seed=self.rng.randrange(10**6))
         self.model = _Counting(self.oracle)
         self.block_size = block_size
@@ -216,7 +131,7 @@ class _Setup:
         except NotImplementedError:
             raise
         except Exception as exc:
-            raise AssertionError(f"{_TODO}: KVPrefixCache(model, block_size={block_size}) 抛出了 {type(exc).__name__}: {exc}") from None
+            raise AssertionError(f"{TODO}: KVPrefixCache(model, block_size={block_size}) 抛出了 {type(exc).__name__}: {exc}") from None
         self.short = self.tokens(self.rng.randint(2, 9))
         self.long = self.short + self.tokens(self.rng.randint(2, 12))
         self.other = [(self.long[0] + 1) % _VOCAB] + self.tokens(self.rng.randint(2, 10))
@@ -232,7 +147,7 @@ class _Setup:
                 raise
             except Exception as exc:
                 raise AssertionError(
-                    f"{_TODO}: add_prefix({len(prefix)} 个 token) 抛出了 {type(exc).__name__}: {exc}"
+                    f"{TODO}: add_prefix({len(prefix)} 个 token) 抛出了 {type(exc).__name__}: {exc}"
                 ) from None
 
     def hits_somewhere(self, prompt):
@@ -253,10 +168,10 @@ class _Setup:
                     "而缓存条目的键是完整的命中前缀 tuple(tokens[:match_len])，不是 tokens[:hit_len]"
                 )
             raise AssertionError(
-                f"{_TODO} [{label}]: prefill({len(prompt)} 个 token) 抛出了 {type(exc).__name__}: {exc}{extra}"
+                f"{TODO} [{label}]: prefill({len(prompt)} 个 token) 抛出了 {type(exc).__name__}: {exc}{extra}"
             ) from None
         assert isinstance(result, tuple) and len(result) == 3, (
-            f"{_TODO} [{label}]: prefill 应返回 (logits, past_kv, hit_len) 三元组，得到 {type(result).__name__}"
+            f"{TODO} [{label}]: prefill 应返回 (logits, past_kv, hit_len) 三元组，得到 {type(result).__name__}"
         )
         return (*result, list(self.model.calls))
 
@@ -266,51 +181,51 @@ class _Setup:
         n = len(prompt)
         full_hit = expected_hit == n
         want_hit = n - 1 if full_hit else expected_hit
-        assert type(hit_len) is int, f"{_TODO} [{label}]: hit_len 应是 int，得到 {type(hit_len).__name__}"
+        assert type(hit_len) is int, f"{TODO} [{label}]: hit_len 应是 int，得到 {type(hit_len).__name__}"
         if full_hit:
             assert hit_len == want_hit, (
-                f"{_TODO} [{label}]: 整个 prompt（{n} 个 token）都已缓存时 hit_len 应为 len(prompt) - 1 = {want_hit}"
+                f"{TODO} [{label}]: 整个 prompt（{n} 个 token）都已缓存时 hit_len 应为 len(prompt) - 1 = {want_hit}"
                 f"（最后一个 token 仍要计算，才有它的 logits），得到 {hit_len}"
             )
         elif hit_len != want_hit:
             manager = getattr(self.cache, "manager", None)
             if hit_len == 0 and isinstance(manager, _OracleManager) and not manager.cached_prefixes:
                 raise AssertionError(
-                    f"{_TODO} [{label}]: 应命中 {want_hit} 个 token，得到 hit_len=0：add_prefix 没有在账本里登记前缀"
+                    f"{TODO} [{label}]: 应命中 {want_hit} 个 token，得到 hit_len=0：add_prefix 没有在账本里登记前缀"
                     "（要调用 self.manager.add_prefix），match_prefix 就永远找不到命中"
                 )
             raise AssertionError(
-                f"{_TODO} [{label}]: hit_len 应等于 self.manager.match_prefix 给出的最长命中 {want_hit}，得到 {hit_len}"
+                f"{TODO} [{label}]: hit_len 应等于 self.manager.match_prefix 给出的最长命中 {want_hit}，得到 {hit_len}"
             )
         fed = sum(calls)
         assert fed == n - want_hit, (
-            f"{_TODO} [{label}]: 命中 {want_hit} 个 token 后只应把 suffix 的 {n - want_hit} 个 token 送入模型，实际送入 {fed} 个"
+            f"{TODO} [{label}]: 命中 {want_hit} 个 token 后只应把 suffix 的 {n - want_hit} 个 token 送入模型，实际送入 {fed} 个"
             + ("：重算了已缓存的前缀，要从 tokens[hit_len:] 开始、带着缓存的 KV 算" if fed > n - want_hit else "")
         )
         full_logits, full_kv = self.oracle(prompt)
-        assert isinstance(logits, _torch.Tensor), f"{_TODO} [{label}]: logits 应是张量，得到 {type(logits).__name__}"
+        assert isinstance(logits, torch.Tensor), f"{TODO} [{label}]: logits 应是张量，得到 {type(logits).__name__}"
         assert tuple(logits.shape) == (n - want_hit, self.oracle.vocab), (
-            f"{_TODO} [{label}]: logits 只含算出来的 suffix token，形状应为 {(n - want_hit, self.oracle.vocab)}，"
+            f"{TODO} [{label}]: logits 只含算出来的 suffix token，形状应为 {(n - want_hit, self.oracle.vocab)}，"
             f"得到 {tuple(logits.shape)}"
         )
         assert _close(logits, full_logits[want_hit:]), (
-            f"{_TODO} [{label}]: 复用前缀 KV 后的 logits 与完整前向的 [hit_len:] 不一致"
+            f"{TODO} [{label}]: 复用前缀 KV 后的 logits 与完整前向的 [hit_len:] 不一致"
             "（取错了缓存条目，或复用的 KV 长度与 hit_len 不符？）"
         )
-        assert kv is not None and len(kv) == len(full_kv), f"{_TODO} [{label}]: 返回的 past_kv 应有 {len(full_kv)} 层"
+        assert kv is not None and len(kv) == len(full_kv), f"{TODO} [{label}]: 返回的 past_kv 应有 {len(full_kv)} 层"
         for layer, ((k, v), (k_ref, v_ref)) in enumerate(zip(kv, full_kv)):
             assert k.shape[1] == n, (
-                f"{_TODO} [{label}]: 返回的 past_kv 应覆盖整个 prompt 的 {n} 个位置，第 {layer} 层有 {k.shape[1]} 个"
+                f"{TODO} [{label}]: 返回的 past_kv 应覆盖整个 prompt 的 {n} 个位置，第 {layer} 层有 {k.shape[1]} 个"
             )
-            assert _close(k, k_ref) and _close(v, v_ref), f"{_TODO} [{label}]: 第 {layer} 层返回的 KV 与完整前向不一致"
+            assert _close(k, k_ref) and _close(v, v_ref), f"{TODO} [{label}]: 第 {layer} 层返回的 KV 与完整前向不一致"
         return logits
 
 
 _BLOCK_SIZES = (1, 3, 4, 7)
 
 
-@_named("未命中")
-def check_miss(ns):
+@check(points=2, title="未命中", says="空缓存、前缀只出现在 prompt 中间：hit_len = 0，结果等于完整前向")
+def check_todo10_miss(ns):
     """No hit: an empty cache, and a registered prefix that appears only in the middle of the prompt."""
     with _oracles(ns):
         for i, block_size in enumerate(_BLOCK_SIZES):
@@ -325,8 +240,8 @@ def check_miss(ns):
                 s.expect(middle, 0, label, s.prefill(middle, label))
 
 
-@_named("命中")
-def check_hit(ns):
+@check(points=4, title="命中", says="复用最长命中前缀的 KV，只把 suffix 送入模型，logits 与 KV 等于完整前向")
+def check_todo10_hit(ns):
     """A partial hit: the longest registered prefix is reused and only the suffix is computed."""
     with _oracles(ns):
         for i, block_size in enumerate(_BLOCK_SIZES):
@@ -342,13 +257,13 @@ def check_hit(ns):
             for prompt, hit, what in cases:
                 label = f"block_size={block_size}，{what}（prompt {len(prompt)} 个 token，应命中 {hit} 个）"
                 s.expect(prompt, hit, label, s.prefill(prompt, label))
-            prompt = _torch.tensor(s.long + s.tokens(3))
+            prompt = torch.tensor(s.long + s.tokens(3))
             label = f"block_size={block_size}，LongTensor 输入，命中较长的前缀"
             s.expect(prompt.tolist(), len(s.long), label, s.prefill(prompt, label))
 
 
-@_named("完整命中")
-def check_full_hit(ns):
+@check(points=3, title="完整命中", says="prompt 恰好是登记过的前缀：hit_len = len(prompt) - 1，最后一个 token 仍要计算")
+def check_todo10_full_hit(ns):
     """The whole prompt is cached: the last token is still computed (hit_len = len(prompt) - 1)."""
     with _oracles(ns):
         for i, block_size in enumerate(_BLOCK_SIZES):
@@ -359,8 +274,8 @@ def check_full_hit(ns):
                 s.expect(prefix, len(prefix), label, s.prefill(list(prefix), label, full_hit=True))
 
 
-@_named("缓存只读")
-def check_cache_unchanged(ns):
+@check(points=3, title="缓存只读", says="prefill 不改动 self.prefix_kv 里的 KV；同一个 prompt 两次结果相同")
+def check_todo10_cache_unchanged(ns):
     """prefill only reads the cached KV: entries keep their keys, lengths and values; a prompt gives the same twice."""
     with _oracles(ns):
         for i, block_size in enumerate(_BLOCK_SIZES):
@@ -380,28 +295,28 @@ def check_cache_unchanged(ns):
                 if before is not None:
                     after = {key: _tensors(value) for key, value in s.cache.prefix_kv.items()}
                     assert after.keys() == before.keys(), (
-                        f"{_TODO} [{label}]: prefill 之后 self.prefix_kv 的键变了（{len(before)} 条变成 {len(after)} 条）："
+                        f"{TODO} [{label}]: prefill 之后 self.prefix_kv 的键变了（{len(before)} 条变成 {len(after)} 条）："
                         "prefill 只能读缓存，不能增删条目"
                     )
                     for key, saved in before.items():
                         same = len(saved) == len(after[key]) and all(
-                            a.shape == b.shape and _torch.equal(a, b) for a, b in zip(saved, after[key])
+                            a.shape == b.shape and torch.equal(a, b) for a, b in zip(saved, after[key])
                         )
                         assert same, (
-                            f"{_TODO} [{label}]: prefill 改动了缓存里长度为 {len(key)} 的前缀 KV"
+                            f"{TODO} [{label}]: prefill 改动了缓存里长度为 {len(key)} 的前缀 KV"
                             "（把切短/加长的 KV 写回了 self.prefix_kv，或原地修改了张量）：缓存只能读，复用时取切片"
                         )
                 key = (tuple(prompt), label.split("，")[0])
                 if key in first:
-                    assert isinstance(logits, _torch.Tensor) and _close(logits, first[key]), (
-                        f"{_TODO} [{label}]: 同一个 prompt 两次 prefill 的 logits 不同：前面的 prefill 改坏了缓存"
+                    assert isinstance(logits, torch.Tensor) and _close(logits, first[key]), (
+                        f"{TODO} [{label}]: 同一个 prompt 两次 prefill 的 logits 不同：前面的 prefill 改坏了缓存"
                     )
                 else:
                     first[key] = logits
 
 
-@_named("账本与分块")
-def check_manager_and_chunks(ns):
+@check(points=3, title="账本与分块", says="命中长度来自 self.manager；前缀与 suffix 都按 block_size 分块；重复登记不重算")
+def check_todo10_manager_and_chunks(ns):
     """The ledger decides the hit (self.manager.match_prefix), the suffix goes in block_size chunks, keys are tuples."""
     with _oracles(ns):
         for i, block_size in enumerate(_BLOCK_SIZES):
@@ -409,19 +324,19 @@ def check_manager_and_chunks(ns):
             s.model.calls.clear()
             s.register()
             assert not s.model.calls or max(s.model.calls) <= block_size, (
-                f"{_TODO} [block_size={block_size}]: add_prefix 应按 block_size={block_size} 分块计算前缀 KV"
+                f"{TODO} [block_size={block_size}]: add_prefix 应按 block_size={block_size} 分块计算前缀 KV"
                 f"（chunked_prefill），实际有一次送入了 {max(s.model.calls)} 个 token"
             )
             s.model.calls.clear()
             s.register(s.long)
             assert s.model.calls == [], (
-                f"{_TODO} [block_size={block_size}]: 重复登记同一个 {len(s.long)} 个 token 的前缀不应再调用模型，"
+                f"{TODO} [block_size={block_size}]: 重复登记同一个 {len(s.long)} 个 token 的前缀不应再调用模型，"
                 f"实际送入了 {sum(s.model.calls)} 个 token"
             )
             store = getattr(s.cache, "prefix_kv", None)
             want = {tuple(s.short), tuple(s.long), tuple(s.other)}
             assert type(store) is dict and set(store) == want, (
-                f"{_TODO} [block_size={block_size}]: self.prefix_kv 应是 dict，键是 tuple(前缀 token)，每个登记过的前缀一个"
+                f"{TODO} [block_size={block_size}]: self.prefix_kv 应是 dict，键是 tuple(前缀 token)，每个登记过的前缀一个"
                 f"（应有长度 {sorted(len(k) for k in want)} 的 3 个键），得到 "
                 + (f"长度 {sorted(len(k) if isinstance(k, tuple) else -1 for k in store)} 的键" if isinstance(store, dict) else type(store).__name__)
             )
@@ -430,8 +345,8 @@ def check_manager_and_chunks(ns):
             asked = s.cache.manager.match_calls
             _, _, _, calls = s.prefill(prompt, label)
             assert s.cache.manager.match_calls > asked, (
-                f"{_TODO} [{label}]: 命中长度应由账本 self.manager.match_prefix（或 split_prompt）给出，prefill 没有调用它"
+                f"{TODO} [{label}]: 命中长度应由账本 self.manager.match_prefix（或 split_prompt）给出，prefill 没有调用它"
             )
             assert calls and max(calls) <= block_size, (
-                f"{_TODO} [{label}]: suffix 应按 block_size={block_size} 分块送入（chunked_prefill），实际每次送入 {calls} 个 token"
+                f"{TODO} [{label}]: suffix 应按 block_size={block_size} 分块送入（chunked_prefill），实际每次送入 {calls} 个 token"
             )

@@ -3,151 +3,11 @@
 Only the learner's `match` runs; caches are filled with a reference acquire and release written here,
 so a mistake in TODO 12-14 costs TODO 11 nothing. The expected answer comes from a brute-force
 oracle that rebuilds each registered block's whole prefix from the parent_key chain.
-Points: basic 3, chain 2, collisions 3, pure_query 2 (10 in all).
 """
 
-import random as _random
-
-_TODO = "TODO 11"
-
-
-def _named(title):
-    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
-
-    def wrap(check):
-        def run(ns):
-            try:
-                return check(ns)
-            except NotImplementedError:
-                raise NotImplementedError(
-                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
-                ) from None
-            except AssertionError as error:
-                text = str(error)
-                if text.startswith(_TODO):
-                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
-                raise AssertionError(text) from None
-
-        run.__name__, run.__doc__ = check.__name__, check.__doc__
-        return run
-
-    return wrap
-
-
-def _snapshot(c):
-    """Everything a cache holds: blocks, queues, index and statistics."""
-    return (
-        [(b.block_id, b.ref_count, b.key, b.parent_key, b.token_ids) for b in c.blocks],
-        list(c._free_block_ids),
-        list(c._evictable),
-        dict(c._cached),
-        (c.num_requests, c.num_queried_tokens, c.num_hit_tokens, c.num_evictions),
-    )
-
-
-def _same_ints(got, expected):
-    return (
-        isinstance(got, list)
-        and len(got) == len(expected)
-        and all(type(g) is int and g == e for g, e in zip(got, expected))
-    )
-
-
-def _integrity(c, after):
-    """The pool is exactly free + evictable + in use, and check_integrity (given code) holds."""
-    in_use = [b.block_id for b in c.blocks if b.ref_count > 0]
-    pool = sorted(list(c._free_block_ids) + list(c._evictable) + in_use)
-    assert pool == list(range(c.num_blocks)), (
-        f"{_TODO}: {after}之后，空闲 + 可淘汰 + 使用中的块应恰好覆盖整个块池 0..{c.num_blocks - 1}，得到 {pool}"
-    )
-    try:
-        c.check_integrity()
-    except AssertionError as error:
-        raise AssertionError(f"{_TODO}: {after}之后缓存的不变量被破坏了：{error}") from None
-
-
-def _oracle_match(c, tokens):
-    found, parent = [], None
-    for i in range(len(tokens) // c.block_size):
-        chunk = tuple(tokens[i * c.block_size : (i + 1) * c.block_size])
-        key = c._hash_block(parent, chunk)
-        b = c._cached.get(key)
-        if b is None or c.blocks[b].parent_key != parent or c.blocks[b].token_ids != chunk:
-            break
-        found.append(b)
-        parent = key
-    return found
-
-
-def _oracle_record(c, tokens, hits):
-    c.num_requests += 1
-    c.num_queried_tokens += len(tokens)
-    c.num_hit_tokens += len(hits) * c.block_size
-
-
-def _oracle_acquire(c, tokens, record=_oracle_record):
-    """Reference acquire; returns the block ids, or None when the pool cannot make room (nothing changed)."""
-    hits = _oracle_match(c, tokens)
-    need = len(tokens) // c.block_size - len(hits)
-    if need > len(c._free_block_ids) + sum(1 for b in c._evictable if b not in hits):
-        return None
-    for b in hits:
-        if c.blocks[b].ref_count == 0:
-            del c._evictable[b]
-        c.blocks[b].ref_count += 1
-    ids = hits + [c._allocate_block() for _ in range(need)]
-    c.insert(tokens, ids)
-    record(c, tokens, hits)
-    return ids
-
-
-def _oracle_release(c, ids):
-    for b in reversed(ids):
-        c.blocks[b].ref_count -= 1
-        if c.blocks[b].ref_count == 0:
-            if c.blocks[b].key is None:
-                c._free_block_ids.append(b)
-            else:
-                c._evictable[b] = None
-
-
-def _drive(c, seed, steps, acquire, release, after_step):
-    """A random sequence of requests: acquire(c, tokens) -> ids or None; release(c, ids); after_step(c, make)."""
-    rng = _random.Random(seed)
-    roots = [[rng.randrange(1, 4) for _ in range(4 * c.block_size)] for _ in range(3)]
-
-    def make():
-        root = rng.choice(roots)
-        tail = [rng.randrange(1, 4) for _ in range(rng.randrange(2 * c.block_size + 1))]
-        return root[: rng.randrange(len(root) + 1)] + tail
-
-    running = []
-    for _ in range(steps):
-        if running and rng.random() < 0.4:
-            release(c, running.pop(rng.randrange(len(running))))
-        else:
-            ids = acquire(c, make())
-            if ids is not None:
-                running.append(ids)
-        after_step(c, make)
-
-
-def _classes(ns, **methods):
-    """The learner's BlockPrefixCache with `methods` replaced, plus variants whose hash collides often or always."""
-    base = ns["BlockPrefixCache"]
-    # the reference knows the learner's base class and error type through these two attributes
-    Cache = type("Cache", (base,), {**methods, "_check_base": base, "_check_full_error": ns["CacheFullError"]})
-
-    def mod3(self, parent_key, token_ids):
-        # ints and tuples of ints hash the same in every process (hash(None) does not before 3.12)
-        return hash((-1 if parent_key is None else parent_key, token_ids)) % 3
-
-    def seven(self, parent_key, token_ids):
-        return 7
-
-    Collide = type("Collide", (Cache,), {"_hash_block": mod3, "__doc__": "哈希只有 3 个取值：碰撞随处可见。"})
-    Constant = type("Constant", (Cache,), {"_hash_block": seven, "__doc__": "所有块的 key 都是 7。"})
-    return Cache, Collide, Constant
+TODO = "TODO 11"
+UNDER_TEST = "match"  # what the learner writes; every other TODO's code is the oracle
+TOTAL_POINTS = {11: 10}  # the TODO's points, shared by its checks
 
 
 def _content_match(c, tokens):
@@ -224,20 +84,20 @@ def _check(c, tokens, what):
     except NotImplementedError:
         raise
     except Exception as exc:
-        raise AssertionError(f"{_TODO} [{label}]: match({tokens}) 抛出了 {type(exc).__name__}: {exc}") from None
+        raise AssertionError(f"{TODO} [{label}]: match({tokens}) 抛出了 {type(exc).__name__}: {exc}") from None
     expected = _content_match(c, tokens)
     assert _same_ints(got, expected), (
-        f"{_TODO} [{label}]: match({tokens}) 应返回 {expected}，得到 {got}：{_explain(c, tokens, got, expected)}"
+        f"{TODO} [{label}]: match({tokens}) 应返回 {expected}，得到 {got}：{_explain(c, tokens, got, expected)}"
     )
     assert _snapshot(c) == before, (
-        f"{_TODO} [{label}]: match({tokens}) 改变了缓存（块、引用计数、空闲/可淘汰队列或统计）：match 是纯查询"
+        f"{TODO} [{label}]: match({tokens}) 改变了缓存（块、引用计数、空闲/可淘汰队列或统计）：match 是纯查询"
     )
     again = c.match(tokens)
-    assert _same_ints(again, expected), f"{_TODO} [{label}]: 同一个查询 match({tokens}) 第二次返回 {again}，第一次是 {expected}"
+    assert _same_ints(again, expected), f"{TODO} [{label}]: 同一个查询 match({tokens}) 第二次返回 {again}，第一次是 {expected}"
 
 
-@_named("基本")
-def check_basic(ns):
+@check(points=3, title="基本", says="从第一块起逐块命中，部分命中、不满一块的尾巴、空 prompt、错位的 prompt")
+def check_todo11_basic(ns):
     """Whole and partial hits from the first block on; the partial tail, an empty prompt and a shifted prompt miss."""
     Cache, _, _ = _classes(ns)
     c = Cache(4, 16)
@@ -256,11 +116,11 @@ def check_basic(ns):
     for tokens, what in cases:
         _check(c, tokens, what)
     got = c.match(list(range(1, 11)))
-    assert _same_ints(got, first), f"{_TODO}: match(list(range(1, 11))) 应返回 acquire 得到的块 {first}，得到 {got}"
+    assert _same_ints(got, first), f"{TODO}: match(list(range(1, 11))) 应返回 acquire 得到的块 {first}，得到 {got}"
 
 
-@_named("哈希链")
-def check_chain(ns):
+@check(points=2, title="哈希链", says="token 相同、位置不同的块只靠 key 链区分")
+def check_todo11_chain(ns):
     """Equal blocks at different positions: only the key chain (parent key + tokens) tells them apart."""
     Cache, _, _ = _classes(ns)
     c = Cache(2, 8)
@@ -277,8 +137,8 @@ def check_chain(ns):
         _check(c, tokens, what)
 
 
-@_named("碰撞")
-def check_collisions(ns):
+@check(points=3, title="碰撞", says="强制哈希碰撞：key 相同但 parent_key 或 token_ids 不同，不算命中")
+def check_todo11_collisions(ns):
     """Forced hash collisions: a block whose key matches but whose parent_key or token_ids differ is no hit."""
     _, Collide, Constant = _classes(ns)
     c = Constant(4, 8)
@@ -297,8 +157,8 @@ def check_collisions(ns):
     _drive(Collide(4, 12), 35, 120, _oracle_acquire, _oracle_release, after_step)
 
 
-@_named("纯查询")
-def check_pure_query(ns):
+@check(points=2, title="纯查询", says="随机请求序列中每一步都与参考一致，且 match 不改变任何状态")
+def check_todo11_pure_query(ns):
     """Random requests with the real hash: after every step match agrees with the oracle and changes nothing."""
     Cache, _, _ = _classes(ns)
 

@@ -3,151 +3,11 @@
 acquire runs on a subclass whose match, release and _record_query are reference versions written
 here, so a mistake in TODO 11, 13 or 14 costs TODO 12 nothing. After every acquire the whole state
 is compared with what a correct acquire leaves.
-Points: basic 3, refcounts 3, hit_blocks_protected 3, cache_full 3, random 2 (14 in all).
 """
 
-import random as _random
-
-_TODO = "TODO 12"
-
-
-def _named(title):
-    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
-
-    def wrap(check):
-        def run(ns):
-            try:
-                return check(ns)
-            except NotImplementedError:
-                raise NotImplementedError(
-                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
-                ) from None
-            except AssertionError as error:
-                text = str(error)
-                if text.startswith(_TODO):
-                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
-                raise AssertionError(text) from None
-
-        run.__name__, run.__doc__ = check.__name__, check.__doc__
-        return run
-
-    return wrap
-
-
-def _snapshot(c):
-    """Everything a cache holds: blocks, queues, index and statistics."""
-    return (
-        [(b.block_id, b.ref_count, b.key, b.parent_key, b.token_ids) for b in c.blocks],
-        list(c._free_block_ids),
-        list(c._evictable),
-        dict(c._cached),
-        (c.num_requests, c.num_queried_tokens, c.num_hit_tokens, c.num_evictions),
-    )
-
-
-def _same_ints(got, expected):
-    return (
-        isinstance(got, list)
-        and len(got) == len(expected)
-        and all(type(g) is int and g == e for g, e in zip(got, expected))
-    )
-
-
-def _integrity(c, after):
-    """The pool is exactly free + evictable + in use, and check_integrity (given code) holds."""
-    in_use = [b.block_id for b in c.blocks if b.ref_count > 0]
-    pool = sorted(list(c._free_block_ids) + list(c._evictable) + in_use)
-    assert pool == list(range(c.num_blocks)), (
-        f"{_TODO}: {after}之后，空闲 + 可淘汰 + 使用中的块应恰好覆盖整个块池 0..{c.num_blocks - 1}，得到 {pool}"
-    )
-    try:
-        c.check_integrity()
-    except AssertionError as error:
-        raise AssertionError(f"{_TODO}: {after}之后缓存的不变量被破坏了：{error}") from None
-
-
-def _oracle_match(c, tokens):
-    found, parent = [], None
-    for i in range(len(tokens) // c.block_size):
-        chunk = tuple(tokens[i * c.block_size : (i + 1) * c.block_size])
-        key = c._hash_block(parent, chunk)
-        b = c._cached.get(key)
-        if b is None or c.blocks[b].parent_key != parent or c.blocks[b].token_ids != chunk:
-            break
-        found.append(b)
-        parent = key
-    return found
-
-
-def _oracle_record(c, tokens, hits):
-    c.num_requests += 1
-    c.num_queried_tokens += len(tokens)
-    c.num_hit_tokens += len(hits) * c.block_size
-
-
-def _oracle_acquire(c, tokens, record=_oracle_record):
-    """Reference acquire; returns the block ids, or None when the pool cannot make room (nothing changed)."""
-    hits = _oracle_match(c, tokens)
-    need = len(tokens) // c.block_size - len(hits)
-    if need > len(c._free_block_ids) + sum(1 for b in c._evictable if b not in hits):
-        return None
-    for b in hits:
-        if c.blocks[b].ref_count == 0:
-            del c._evictable[b]
-        c.blocks[b].ref_count += 1
-    ids = hits + [c._allocate_block() for _ in range(need)]
-    c.insert(tokens, ids)
-    record(c, tokens, hits)
-    return ids
-
-
-def _oracle_release(c, ids):
-    for b in reversed(ids):
-        c.blocks[b].ref_count -= 1
-        if c.blocks[b].ref_count == 0:
-            if c.blocks[b].key is None:
-                c._free_block_ids.append(b)
-            else:
-                c._evictable[b] = None
-
-
-def _drive(c, seed, steps, acquire, release, after_step):
-    """A random sequence of requests: acquire(c, tokens) -> ids or None; release(c, ids); after_step(c, make)."""
-    rng = _random.Random(seed)
-    roots = [[rng.randrange(1, 4) for _ in range(4 * c.block_size)] for _ in range(3)]
-
-    def make():
-        root = rng.choice(roots)
-        tail = [rng.randrange(1, 4) for _ in range(rng.randrange(2 * c.block_size + 1))]
-        return root[: rng.randrange(len(root) + 1)] + tail
-
-    running = []
-    for _ in range(steps):
-        if running and rng.random() < 0.4:
-            release(c, running.pop(rng.randrange(len(running))))
-        else:
-            ids = acquire(c, make())
-            if ids is not None:
-                running.append(ids)
-        after_step(c, make)
-
-
-def _classes(ns, **methods):
-    """The learner's BlockPrefixCache with `methods` replaced, plus variants whose hash collides often or always."""
-    base = ns["BlockPrefixCache"]
-    # the reference knows the learner's base class and error type through these two attributes
-    Cache = type("Cache", (base,), {**methods, "_check_base": base, "_check_full_error": ns["CacheFullError"]})
-
-    def mod3(self, parent_key, token_ids):
-        # ints and tuples of ints hash the same in every process (hash(None) does not before 3.12)
-        return hash((-1 if parent_key is None else parent_key, token_ids)) % 3
-
-    def seven(self, parent_key, token_ids):
-        return 7
-
-    Collide = type("Collide", (Cache,), {"_hash_block": mod3, "__doc__": "哈希只有 3 个取值：碰撞随处可见。"})
-    Constant = type("Constant", (Cache,), {"_hash_block": seven, "__doc__": "所有块的 key 都是 7。"})
-    return Cache, Collide, Constant
+TODO = "TODO 12"
+UNDER_TEST = "acquire"  # what the learner writes; every other TODO's code is the oracle
+TOTAL_POINTS = {12: 14}  # the TODO's points, shared by its checks
 
 
 def _iso(ns):
@@ -169,139 +29,164 @@ def _changes(before, after):
 
 def _check_acquire(c, tokens):
     """Run the learner's acquire and compare the whole state with the reference; return the ids or None."""
+    s = _Situation(c, tokens)
+    return _check_refused(c, tokens, s) if s.need > s.room else _check_granted(c, tokens, s)
+
+
+class _Situation:
+    """What a correct acquire of `tokens` meets: the state before, the hits, the room, the label."""
+
+    def __init__(self, c, tokens):
+        self.before = _snapshot(c)
+        self.free0, self.evictable0 = list(c._free_block_ids), list(c._evictable)
+        self.refs0 = [b.ref_count for b in c.blocks]
+        self.hits = _oracle_match(c, tokens)
+        self.need = len(tokens) // c.block_size - len(self.hits)
+        self.left = [b for b in self.evictable0 if b not in self.hits]
+        self.room = len(self.free0) + len(self.left)
+        self.hits_evictable = [b for b in self.hits if b in self.evictable0]
+        self.label = (
+            f"acquire({tokens})，block_size={c.block_size}，命中 {len(self.hits)} 块，还需 {self.need} 块，"
+            f"空闲 {len(self.free0)} 块，可淘汰 {len(self.evictable0)} 块"
+        )
+
+
+_REFS_FIRST = (
+    "要先给命中的块加引用（移出可淘汰队列），再分配新块：命中的块若引用计数为 0，正排在可淘汰队列里，"
+    "先分配的话它们可能被当成最久未用的块淘汰掉"
+)
+
+
+def _check_refused(c, tokens, s):
+    """Too few blocks: acquire raises CacheFullError and changes nothing; returns None."""
     full_error = c._check_full_error
-    before = _snapshot(c)
-    free0, evictable0 = list(c._free_block_ids), list(c._evictable)
-    refs0 = [b.ref_count for b in c.blocks]
-    hits = _oracle_match(c, tokens)
-    need = len(tokens) // c.block_size - len(hits)
-    left = [b for b in evictable0 if b not in hits]
-    room = len(free0) + len(left)
-    hits_evictable = [b for b in hits if b in evictable0]
-    label = f"acquire({tokens})，block_size={c.block_size}，命中 {len(hits)} 块，还需 {need} 块，空闲 {len(free0)} 块，可淘汰 {len(evictable0)} 块"
-    refs_first = (
-        "要先给命中的块加引用（移出可淘汰队列），再分配新块：命中的块若引用计数为 0，正排在可淘汰队列里，"
-        "先分配的话它们可能被当成最久未用的块淘汰掉"
-    )
-    if need > room:
-        try:
-            c.acquire(tokens)
-        except full_error:
-            pass
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            raise AssertionError(
-                f"{_TODO} [{label}]: 块不够时应抛出 CacheFullError，得到 {type(exc).__name__}: {exc}"
-            ) from None
+    before, free0, evictable0, refs0 = s.before, s.free0, s.evictable0, s.refs0
+    hits, need, room, hits_evictable, label = s.hits, s.need, s.room, s.hits_evictable, s.label
+    try:
+        c.acquire(tokens)
+    except full_error:
+        pass
+    except NotImplementedError:
+        raise
+    except Exception as exc:
+        raise AssertionError(
+            f"{TODO} [{label}]: 块不够时应抛出 CacheFullError，得到 {type(exc).__name__}: {exc}"
+        ) from None
+    else:
+        counted = (
+            f"：命中的 {len(hits_evictable)} 个块引用计数为 0、在可淘汰队列里，但马上要被本请求引用，不能算作可腾出的块"
+            if need <= len(free0) + len(evictable0)
+            else ""
+        )
+        raise AssertionError(
+            f"{TODO} [{label}]: 需要 {need} 个新块、最多只能腾出 {room} 个，应抛出 CacheFullError，却没有抛{counted}"
+        )
+    after = _snapshot(c)
+    if after != before:
+        changed = _changes(before, after)
+        only_hit_refs = after[1:4] == before[1:4] or (
+            after[1] == before[1] and after[2] == [b for b in before[2] if b not in hits] and after[3] == before[3]
+        )
+        refs = [b[1] for b in after[0]]
+        if after[4] != before[4] and after[0] == before[0] and after[1:4] == before[1:4]:
+            cause = "统计在检查容量之前就记了：要先确认块够用，成功之后再调用 self._record_query"
+        elif only_hit_refs and all(refs[b] == refs0[b] + (b in hits) for b in range(c.num_blocks)):
+            cause = "引用计数泄漏：先给命中的块加了引用，才发现块不够，抛错时没有撤销。要先算清楚够不够，再加引用"
+        elif hits_evictable and need <= len(free0) + len(evictable0):
+            cause = (
+                f"分配到一半才发现不够。命中的 {len(hits_evictable)} 个块引用计数为 0、在可淘汰队列里，"
+                "但马上要被本请求引用，不能算作可腾出的块；要在改动任何状态之前算清楚够不够"
+            )
         else:
-            counted = (
-                f"：命中的 {len(hits_evictable)} 个块引用计数为 0、在可淘汰队列里，但马上要被本请求引用，不能算作可腾出的块"
-                if need <= len(free0) + len(evictable0)
-                else ""
-            )
-            raise AssertionError(
-                f"{_TODO} [{label}]: 需要 {need} 个新块、最多只能腾出 {room} 个，应抛出 CacheFullError，却没有抛{counted}"
-            )
-        after = _snapshot(c)
-        if after != before:
-            changed = _changes(before, after)
-            only_hit_refs = after[1:4] == before[1:4] or (
-                after[1] == before[1] and after[2] == [b for b in before[2] if b not in hits] and after[3] == before[3]
-            )
-            refs = [b[1] for b in after[0]]
-            if after[4] != before[4] and after[0] == before[0] and after[1:4] == before[1:4]:
-                cause = "统计在检查容量之前就记了：要先确认块够用，成功之后再调用 self._record_query"
-            elif only_hit_refs and all(refs[b] == refs0[b] + (b in hits) for b in range(c.num_blocks)):
-                cause = "引用计数泄漏：先给命中的块加了引用，才发现块不够，抛错时没有撤销。要先算清楚够不够，再加引用"
-            elif hits_evictable and need <= len(free0) + len(evictable0):
-                cause = (
-                    f"分配到一半才发现不够。命中的 {len(hits_evictable)} 个块引用计数为 0、在可淘汰队列里，"
-                    "但马上要被本请求引用，不能算作可腾出的块；要在改动任何状态之前算清楚够不够"
-                )
-            else:
-                cause = "要在改动任何状态之前算清楚够不够"
-            raise AssertionError(f"{_TODO} [{label}]: 抛出 CacheFullError 时状态变了（{changed}）：{cause}")
-        return None
+            cause = "要在改动任何状态之前算清楚够不够"
+        raise AssertionError(f"{TODO} [{label}]: 抛出 CacheFullError 时状态变了（{changed}）：{cause}")
+    return None
+
+
+def _check_granted(c, tokens, s):
+    """Enough blocks: the ids, references, queues, statistics and index a correct acquire leaves."""
+    full_error, refs_first = c._check_full_error, _REFS_FIRST
+    before, free0, refs0, left = s.before, s.free0, s.refs0, s.left
+    hits, need, room, hits_evictable, label = s.hits, s.need, s.room, s.hits_evictable, s.label
     try:
         ids = c.acquire(tokens)
     except full_error:
         raise AssertionError(
-            f"{_TODO} [{label}]: 需要 {need} 个新块、能腾出 {room} 个，不应抛出 CacheFullError"
+            f"{TODO} [{label}]: 需要 {need} 个新块、能腾出 {room} 个，不应抛出 CacheFullError"
             + ("。" + refs_first if hits_evictable else "")
         ) from None
     except NotImplementedError:
         raise
     except Exception as exc:
         hint = "。" + refs_first if hits_evictable and need > len(free0) else ""
-        raise AssertionError(f"{_TODO} [{label}]: acquire 抛出了 {type(exc).__name__}: {exc}{hint}") from None
-    assert isinstance(ids, list), f"{_TODO} [{label}]: acquire 应返回 list，得到 {type(ids).__name__}"
+        raise AssertionError(f"{TODO} [{label}]: acquire 抛出了 {type(exc).__name__}: {exc}{hint}") from None
+    assert isinstance(ids, list), f"{TODO} [{label}]: acquire 应返回 list，得到 {type(ids).__name__}"
     num_full = len(tokens) // c.block_size
     assert len(ids) == num_full, (
-        f"{_TODO} [{label}]: {len(tokens)} 个 token、block_size={c.block_size}，应返回 {num_full} 个 block id"
+        f"{TODO} [{label}]: {len(tokens)} 个 token、block_size={c.block_size}，应返回 {num_full} 个 block id"
         f"（只为满块分配，不满一块的尾巴不分配），得到 {len(ids)} 个：{ids}"
     )
-    assert all(type(b) is int for b in ids), f"{_TODO} [{label}]: block id 应是 int，得到 {ids}"
+    assert all(type(b) is int for b in ids), f"{TODO} [{label}]: block id 应是 int，得到 {ids}"
     assert _same_ints(ids[: len(hits)], hits), (
-        f"{_TODO} [{label}]: 前 {len(hits)} 个应是 match 命中的块 {hits}（直接复用，不重新分配），得到 {ids[: len(hits)]}"
+        f"{TODO} [{label}]: 前 {len(hits)} 个应是 match 命中的块 {hits}（直接复用，不重新分配），得到 {ids[: len(hits)]}"
     )
     new = ids[len(hits) :]
     assert len(set(new)) == len(new) and not set(new) & set(hits), (
-        f"{_TODO} [{label}]: 新分配的块 {new} 不能重复，也不能是命中的块 {hits}" + ("：" + refs_first if set(new) & set(hits) else "")
+        f"{TODO} [{label}]: 新分配的块 {new} 不能重复，也不能是命中的块 {hits}" + ("：" + refs_first if set(new) & set(hits) else "")
     )
     evicted = left[: max(0, need - len(free0))]
     if evicted:
         assert set(new) == set(free0) | set(evicted), (
-            f"{_TODO} [{label}]: 空闲块用完后应按 LRU 淘汰最久未用的块 {evicted}，新块应是 {sorted(set(free0) | set(evicted))}，"
+            f"{TODO} [{label}]: 空闲块用完后应按 LRU 淘汰最久未用的块 {evicted}，新块应是 {sorted(set(free0) | set(evicted))}，"
             f"得到 {new}" + ("：" + refs_first if hits_evictable else "")
         )
     else:
-        assert set(new) <= set(free0), f"{_TODO} [{label}]: 还有空闲块时应先用空闲块 {free0}，不应淘汰缓存的块，得到新块 {new}"
+        assert set(new) <= set(free0), f"{TODO} [{label}]: 还有空闲块时应先用空闲块 {free0}，不应淘汰缓存的块，得到新块 {new}"
     for b in range(c.num_blocks):
         expected = 1 if b in new else refs0[b] + (b in hits)
         got = c.blocks[b].ref_count
         assert got == expected, (
-            f"{_TODO} [{label}]: 块 {b} 的引用计数应为 {expected}，得到 {got}（命中的块各 +1，新块为 1，其余不变）"
+            f"{TODO} [{label}]: 块 {b} 的引用计数应为 {expected}，得到 {got}（命中的块各 +1，新块为 1，其余不变）"
         )
     assert list(c._evictable) == left[len(evicted) :], (
-        f"{_TODO} [{label}]: 可淘汰队列应为 {left[len(evicted):]}，得到 {list(c._evictable)}："
+        f"{TODO} [{label}]: 可淘汰队列应为 {left[len(evicted):]}，得到 {list(c._evictable)}："
         "命中的块被本请求引用后要移出可淘汰队列，其余可淘汰块保持原来的顺序"
     )
     r0, q0, h0, _ = before[4]
     stats = (c.num_requests, c.num_queried_tokens, c.num_hit_tokens)
     want = (r0 + 1, q0 + len(tokens), h0 + len(hits) * c.block_size)
     assert stats == want, (
-        f"{_TODO} [{label}]: 统计 (请求数, 查询 token, 命中 token) 应为 {want}，得到 {stats}："
+        f"{TODO} [{label}]: 统计 (请求数, 查询 token, 命中 token) 应为 {want}，得到 {stats}："
         "成功的 acquire 应恰好调用一次 self._record_query(token_ids, 命中的块)"
     )
     registered = _oracle_match(c, tokens)
     assert _same_ints(registered, ids[: len(registered)]) and len(registered) >= len(hits), (
-        f"{_TODO} [{label}]: 缓存里登记的块 {registered} 应是返回的块 {ids} 的开头"
+        f"{TODO} [{label}]: 缓存里登记的块 {registered} 应是返回的块 {ids} 的开头"
     )
     if type(c)._hash_block is c._check_base._hash_block:
         assert len(registered) == num_full, (
-            f"{_TODO} [{label}]: 之后 match 只找到 {len(registered)} 个块，应找到全部 {num_full} 个："
+            f"{TODO} [{label}]: 之后 match 只找到 {len(registered)} 个块，应找到全部 {num_full} 个："
             "新块要用 self.insert(token_ids, block_ids) 登记进缓存，下一个相同的请求才能命中"
         )
     _integrity(c, f"acquire({tokens}) ")
     return ids
 
 
-@_named("基本")
-def check_basic(ns):
+@check(points=3, title="基本", says="只为满块分配、先用空闲块、新块登记进缓存、同一 prompt 再来全部命中、统计记一次")
+def check_todo12_basic(ns):
     """Full blocks only, free blocks first, new blocks registered, a repeated prompt hits, stats recorded once."""
     Iso, _ = _iso(ns)
     c = Iso(4, 8)
     first = _check_acquire(c, list(range(1, 11)))
     again = _check_acquire(c, list(range(1, 11)))
-    assert _same_ints(again, first), f"{_TODO}: 同一个 prompt 第二次 acquire 应全部命中 {first}，得到 {again}"
+    assert _same_ints(again, first), f"{TODO}: 同一个 prompt 第二次 acquire 应全部命中 {first}，得到 {again}"
     _check_acquire(c, [])
     _check_acquire(c, [1, 2, 3])
     _check_acquire(c, list(range(1, 5)) + [7, 7, 7, 7])
 
 
-@_named("引用计数")
-def check_refcounts(ns):
+@check(points=3, title="引用计数", says="共享前缀的块每个持有者 +1；命中可淘汰的块时把它移出可淘汰队列")
+def check_todo12_refcounts(ns):
     """Shared prefixes: each holder adds one reference; a hit on a released block takes it out of the evictable queue."""
     Iso, _ = _iso(ns)
     c = Iso(2, 8)
@@ -312,8 +197,8 @@ def check_refcounts(ns):
     _check_acquire(c, [1, 2, 3, 4, 5, 6, 9, 9])
 
 
-@_named("命中块不被淘汰")
-def check_hit_blocks_protected(ns):
+@check(points=3, title="命中块不被淘汰", says="没有空闲块时按 LRU 淘汰，命中的块即使排在队首也不淘汰")
+def check_todo12_hit_blocks_protected(ns):
     """With no free block left, LRU eviction takes the oldest evictable block, never one this request hits."""
     Iso, _ = _iso(ns)
     c = Iso(2, 4)
@@ -326,8 +211,8 @@ def check_hit_blocks_protected(ns):
     _check_acquire(c, [1, 1, 2, 2, 8, 8])  # 命中 A 的两块，淘汰最久未用的 B 尾
 
 
-@_named("块不够")
-def check_cache_full(ns):
+@check(points=3, title="块不够", says="腾不出足够的块时抛 CacheFullError，且引用、队列、索引、统计都不变")
+def check_todo12_cache_full(ns):
     """Too few blocks: CacheFullError, and nothing changes (references, queues, index, statistics)."""
     Iso, _ = _iso(ns)
     c = Iso(2, 4)
@@ -339,8 +224,8 @@ def check_cache_full(ns):
     _check_acquire(c, list(range(1, 9)) + [9, 9])  # 命中 4 块，还要 1 块，没有别的可淘汰块
 
 
-@_named("随机序列")
-def check_random(ns):
+@check(points=2, title="随机序列", says="随机请求序列（含频繁哈希碰撞）中每次 acquire 之后的完整状态")
+def check_todo12_random(ns):
     """Random request sequences, with the real hash and with one of 3 values: every acquire leaves the right state."""
     Iso, IsoCollide = _iso(ns)
     _drive(Iso(4, 10), 34, 160, _check_acquire, _oracle_release, lambda c, make: None)

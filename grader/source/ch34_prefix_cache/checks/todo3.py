@@ -1,149 +1,14 @@
 """TODO 3 的隐藏检查：add_prefix 登记完整前缀和它的分块；重复登记什么也不做。
 
-每个 check_* 是一个评分单元格（test_todo3_<名字>）；ns 是 notebook 的全局命名空间。
+每个 check_todo3_* 是一个评分单元格（test_todo3_<名字>）；ns 是 notebook 的全局命名空间。
 本文件只依赖标准库，自带参考实现：_normalize 与 _chunk_tokens 用参考实现，只检查 TODO 3。
 """
 
-import builtins
 import random
 
 TODO = "TODO 3"
 UNDER_TEST = "add_prefix"  # the method this file grades; every other TODO's method is the oracle
-
-
-def _guard():
-    for name in ("type", "len", "list", "tuple", "range", "repr", "isinstance", "zip", "all"):
-        kind = type(getattr(builtins, name)).__name__
-        assert kind in ("builtin_function_or_method", "type"), (
-            f"{TODO}：内置函数 {name} 被替换，本格无法评分"
-        )
-
-
-def _chunks(tokens, size):
-    tokens = list(tokens)
-    return [tuple(tokens[i : i + size]) for i in range(0, len(tokens), size)]
-
-
-def _match(prefixes, prompt):
-    prompt = list(prompt)
-    hits = [len(p) for p in prefixes if len(p) <= len(prompt) and list(p) == prompt[: len(p)]]
-    return max(hits, default=0)
-
-
-def _oracle_methods():
-    """The reference of every TODO method; each works from the cache alone, never via self."""
-
-    def _normalize(self, tokens):
-        return list(tokens)
-
-    def _chunk_tokens(self, tokens):
-        return _chunks(tokens, self.block_size)
-
-    def add_prefix(self, prefix_tokens):
-        prefix = tuple(prefix_tokens)
-        if prefix not in self.cached_prefixes:
-            self.cached_prefixes.append(prefix)
-            self.chunked_prefixes.append(_chunks(prefix, self.block_size))
-
-    def match_prefix(self, prompt_tokens):
-        return _match(self.cached_prefixes, prompt_tokens)
-
-    def split_prompt(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        hit = _match(self.cached_prefixes, prompt)
-        return prompt[:hit], prompt[hit:], hit
-
-    def chunked_prefill_plan(self, prompt_tokens):
-        return _chunks(prompt_tokens, self.block_size)
-
-    def cache_stats(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        hit = _match(self.cached_prefixes, prompt)
-        ratio = round(hit / len(prompt), 4) if prompt else 0.0
-        return {"hit_tokens": hit, "uncached_tokens": len(prompt) - hit, "reuse_ratio": ratio}
-
-    def chunked_suffix_prefill_plan(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        return _chunks(prompt[_match(self.cached_prefixes, prompt) :], self.block_size)
-
-    return dict(locals())
-
-
-def _probe(ns, block_size=4, cached=()):
-    """The learner's class, every other TODO's method replaced by the oracle, cache filled."""
-    cls = ns.get("PrefixCacheManager")
-    assert isinstance(cls, type), f"{TODO}：找不到 PrefixCacheManager 类，请先运行定义它的单元格"
-    methods = {name: f for name, f in _oracle_methods().items() if name != UNDER_TEST}
-    manager = type("Probe", (cls,), methods)(block_size=block_size)
-    manager.cached_prefixes = [tuple(p) for p in cached]
-    manager.chunked_prefixes = [_chunks(p, block_size) for p in cached]
-    return manager
-
-
-def _call(where, method, *args):
-    """Call the learner's method; an exception becomes a message naming the TODO and the input."""
-    try:
-        return method(*args)
-    except NotImplementedError:
-        raise NotImplementedError(
-            f"{where}：请先完成 {TODO}（{UNDER_TEST} 里仍是 raise NotImplementedError）"
-        ) from None
-    except Exception as error:
-        raise AssertionError(f"{where} 抛出 {type(error).__name__}: {error}") from None
-
-
-def _snapshot(manager):
-    """A copy of the cache to compare before and after a call (whatever the learner stored)."""
-
-    def frozen(value):
-        try:
-            return (
-                tuple(frozen(item) for item in value)
-                if not isinstance(value, (int, str, bytes))
-                else value
-            )
-        except TypeError:
-            return value
-
-    return frozen(manager.cached_prefixes), frozen(manager.chunked_prefixes)
-
-
-def _as_chunks(got):
-    """The contents of a list of chunks as tuples, or None when it is not one."""
-    if type(got) not in (list, tuple):
-        return None
-    try:
-        return [tuple(chunk) for chunk in got]
-    except TypeError:
-        return None
-
-
-def _plain(value):
-    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
-    if type(value) is list:
-        return ("list", tuple(_plain(v) for v in value))
-    if isinstance(value, tuple):
-        return ("tuple", tuple(_plain(v) for v in value))
-    if type(value) is dict:
-        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
-    if type(value) in (int, float, str, bool, type(None)):
-        return (type(value).__name__, value)
-    return ("other", id(value))
-
-
-def _varies(where, results, expected):
-    """A property check (types, no mutation, an edge case) pays only for code that computes:
-    some answer must be right, and where the right answers differ, the answers must too."""
-    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
-    if not any(r == e for r, e in zip(results, expected)):
-        raise AssertionError(
-            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
-        )
-    if len(set(expected)) > 1 and len(set(results)) == 1:
-        raise AssertionError(
-            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
-            "这一格只在方法真正按输入计算时给分"
-        )
+TOTAL_POINTS = {3: 12}  # the TODO's points, shared by its checks
 
 
 def _entry_hint(entry, prefix, size):
@@ -159,9 +24,9 @@ def _register(manager, label, tokens):
     return where, _call(where, manager.add_prefix, tokens)
 
 
-def check_basic(ns):
+@check(points=5, title="基本", says="不同前缀依次登记：cached_prefixes 与 chunked_prefixes 一一对应")
+def check_todo3_basic(ns):
     """Distinct prefixes: cached_prefixes holds each one, chunked_prefixes its chunks."""
-    _guard()
     rng = random.Random(3403)
     for size in (1, 2, 3, 5):
         manager = _probe(ns, block_size=size)
@@ -190,9 +55,9 @@ def check_basic(ns):
             )
 
 
-def check_repeat(ns):
+@check(points=4, title="重复登记", says="同一前缀再登记（list / tuple / range）什么也不做")
+def check_todo3_repeat(ns):
     """Registering a prefix again, as a list, tuple or range, adds nothing to either list."""
-    _guard()
     rng = random.Random(3413)
     for size in (2, 3):
         manager = _probe(ns, block_size=size)
@@ -214,9 +79,9 @@ def check_repeat(ns):
             )
 
 
-def check_types(ns):
+@check(points=3, title="类型", says="返回 None；前缀是 tuple，分块是 tuple 组成的 list")
+def check_todo3_types(ns):
     """add_prefix returns None; a tuple per prefix, a list of tuples per chunked entry."""
-    _guard()
     for tokens in ([1, 2, 3], (4, 5, 6, 7, 8), range(3)):
         manager = _probe(ns, block_size=2)
         where, got = _register(manager, "类型", tokens)

@@ -1,149 +1,14 @@
 """TODO 4 的隐藏检查：match_prefix 只接受从 prompt 开头起连续的命中，并取最长的那个。
 
-每个 check_* 是一个评分单元格（test_todo4_<名字>）；ns 是 notebook 的全局命名空间。
+每个 check_todo4_* 是一个评分单元格（test_todo4_<名字>）；ns 是 notebook 的全局命名空间。
 本文件只依赖标准库，自带参考实现：_normalize 用参考实现，缓存直接写入，只检查 TODO 4。
 """
 
-import builtins
 import random
 
 TODO = "TODO 4"
 UNDER_TEST = "match_prefix"  # the method this file grades; every other TODO's method is the oracle
-
-
-def _guard():
-    for name in ("type", "len", "list", "tuple", "range", "repr", "isinstance", "zip", "all"):
-        kind = type(getattr(builtins, name)).__name__
-        assert kind in ("builtin_function_or_method", "type"), (
-            f"{TODO}：内置函数 {name} 被替换，本格无法评分"
-        )
-
-
-def _chunks(tokens, size):
-    tokens = list(tokens)
-    return [tuple(tokens[i : i + size]) for i in range(0, len(tokens), size)]
-
-
-def _match(prefixes, prompt):
-    prompt = list(prompt)
-    hits = [len(p) for p in prefixes if len(p) <= len(prompt) and list(p) == prompt[: len(p)]]
-    return max(hits, default=0)
-
-
-def _oracle_methods():
-    """The reference of every TODO method; each works from the cache alone, never via self."""
-
-    def _normalize(self, tokens):
-        return list(tokens)
-
-    def _chunk_tokens(self, tokens):
-        return _chunks(tokens, self.block_size)
-
-    def add_prefix(self, prefix_tokens):
-        prefix = tuple(prefix_tokens)
-        if prefix not in self.cached_prefixes:
-            self.cached_prefixes.append(prefix)
-            self.chunked_prefixes.append(_chunks(prefix, self.block_size))
-
-    def match_prefix(self, prompt_tokens):
-        return _match(self.cached_prefixes, prompt_tokens)
-
-    def split_prompt(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        hit = _match(self.cached_prefixes, prompt)
-        return prompt[:hit], prompt[hit:], hit
-
-    def chunked_prefill_plan(self, prompt_tokens):
-        return _chunks(prompt_tokens, self.block_size)
-
-    def cache_stats(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        hit = _match(self.cached_prefixes, prompt)
-        ratio = round(hit / len(prompt), 4) if prompt else 0.0
-        return {"hit_tokens": hit, "uncached_tokens": len(prompt) - hit, "reuse_ratio": ratio}
-
-    def chunked_suffix_prefill_plan(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        return _chunks(prompt[_match(self.cached_prefixes, prompt) :], self.block_size)
-
-    return dict(locals())
-
-
-def _probe(ns, block_size=4, cached=()):
-    """The learner's class, every other TODO's method replaced by the oracle, cache filled."""
-    cls = ns.get("PrefixCacheManager")
-    assert isinstance(cls, type), f"{TODO}：找不到 PrefixCacheManager 类，请先运行定义它的单元格"
-    methods = {name: f for name, f in _oracle_methods().items() if name != UNDER_TEST}
-    manager = type("Probe", (cls,), methods)(block_size=block_size)
-    manager.cached_prefixes = [tuple(p) for p in cached]
-    manager.chunked_prefixes = [_chunks(p, block_size) for p in cached]
-    return manager
-
-
-def _call(where, method, *args):
-    """Call the learner's method; an exception becomes a message naming the TODO and the input."""
-    try:
-        return method(*args)
-    except NotImplementedError:
-        raise NotImplementedError(
-            f"{where}：请先完成 {TODO}（{UNDER_TEST} 里仍是 raise NotImplementedError）"
-        ) from None
-    except Exception as error:
-        raise AssertionError(f"{where} 抛出 {type(error).__name__}: {error}") from None
-
-
-def _snapshot(manager):
-    """A copy of the cache to compare before and after a call (whatever the learner stored)."""
-
-    def frozen(value):
-        try:
-            return (
-                tuple(frozen(item) for item in value)
-                if not isinstance(value, (int, str, bytes))
-                else value
-            )
-        except TypeError:
-            return value
-
-    return frozen(manager.cached_prefixes), frozen(manager.chunked_prefixes)
-
-
-def _as_chunks(got):
-    """The contents of a list of chunks as tuples, or None when it is not one."""
-    if type(got) not in (list, tuple):
-        return None
-    try:
-        return [tuple(chunk) for chunk in got]
-    except TypeError:
-        return None
-
-
-def _plain(value):
-    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
-    if type(value) is list:
-        return ("list", tuple(_plain(v) for v in value))
-    if isinstance(value, tuple):
-        return ("tuple", tuple(_plain(v) for v in value))
-    if type(value) is dict:
-        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
-    if type(value) in (int, float, str, bool, type(None)):
-        return (type(value).__name__, value)
-    return ("other", id(value))
-
-
-def _varies(where, results, expected):
-    """A property check (types, no mutation, an edge case) pays only for code that computes:
-    some answer must be right, and where the right answers differ, the answers must too."""
-    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
-    if not any(r == e for r, e in zip(results, expected)):
-        raise AssertionError(
-            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
-        )
-    if len(set(expected)) > 1 and len(set(results)) == 1:
-        raise AssertionError(
-            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
-            "这一格只在方法真正按输入计算时给分"
-        )
+TOTAL_POINTS = {4: 16}  # the TODO's points, shared by its checks
 
 
 def _hint(prefixes, prompt, got):
@@ -192,9 +57,9 @@ def _random_cache(rng):
     return prefixes
 
 
-def check_basic(ns):
+@check(points=6, title="基本", says="随机缓存与 prompt：从开头连续匹配的最长命中")
+def check_todo4_basic(ns):
     """Random caches and list prompts against the reference: the longest hit from the start."""
-    _guard()
     rng = random.Random(3404)
     for _ in range(60):
         prefixes = _random_cache(rng)
@@ -209,9 +74,9 @@ def check_basic(ns):
             _ask(manager, "基本", prompt)
 
 
-def check_edge(ns):
+@check(points=4, title="边界", says="空 prompt、空缓存、与前缀相同或更短的 prompt、出现在中间的前缀")
+def check_todo4_edge(ns):
     """Empty prompt, empty cache, a prompt equal to or shorter than a prefix, a hit mid-prompt."""
-    _guard()
     cases = [
         ([(1, 2, 3)], []),  # 空 prompt
         ([], [1, 2, 3]),  # 缓存为空
@@ -225,9 +90,9 @@ def check_edge(ns):
         _ask(_probe(ns, block_size=2, cached=prefixes), "边界", prompt)
 
 
-def check_types(ns):
+@check(points=3, title="类型", says="tuple / range 输入得到同样的命中长度，返回 int")
+def check_todo4_types(ns):
     """A plain int; a tuple or range prompt gives what the same list gives (right or wrong)."""
-    _guard()
     rng = random.Random(3414)
     results, expected = [], []
     for _ in range(20):
@@ -248,9 +113,9 @@ def check_types(ns):
     _varies(f"{TODO} · 类型: match_prefix", results, expected)
 
 
-def check_no_mutation(ns):
+@check(points=3, title="不修改", says="查询不改动缓存和传入的 prompt")
+def check_todo4_no_mutation(ns):
     """Queries leave the cache and the prompt as they were."""
-    _guard()
     rng = random.Random(3424)
     results, expected = [], []
     for _ in range(20):

@@ -1,150 +1,15 @@
 """TODO 7 的隐藏检查：cache_stats 返回 hit_tokens、uncached_tokens（int）和 reuse_ratio（float）。
 
-每个 check_* 是一个评分单元格（test_todo7_<名字>）；ns 是 notebook 的全局命名空间。
+每个 check_todo7_* 是一个评分单元格（test_todo7_<名字>）；ns 是 notebook 的全局命名空间。
 本文件只依赖标准库，自带参考实现：其余 TODO 的方法（包括 match_prefix 和 split_prompt）
 都用参考实现，只检查 TODO 7。
 """
 
-import builtins
 import random
 
 TODO = "TODO 7"
 UNDER_TEST = "cache_stats"  # the method this file grades; every other TODO's method is the oracle
-
-
-def _guard():
-    for name in ("type", "len", "list", "tuple", "range", "repr", "isinstance", "zip", "all"):
-        kind = type(getattr(builtins, name)).__name__
-        assert kind in ("builtin_function_or_method", "type"), (
-            f"{TODO}：内置函数 {name} 被替换，本格无法评分"
-        )
-
-
-def _chunks(tokens, size):
-    tokens = list(tokens)
-    return [tuple(tokens[i : i + size]) for i in range(0, len(tokens), size)]
-
-
-def _match(prefixes, prompt):
-    prompt = list(prompt)
-    hits = [len(p) for p in prefixes if len(p) <= len(prompt) and list(p) == prompt[: len(p)]]
-    return max(hits, default=0)
-
-
-def _oracle_methods():
-    """The reference of every TODO method; each works from the cache alone, never via self."""
-
-    def _normalize(self, tokens):
-        return list(tokens)
-
-    def _chunk_tokens(self, tokens):
-        return _chunks(tokens, self.block_size)
-
-    def add_prefix(self, prefix_tokens):
-        prefix = tuple(prefix_tokens)
-        if prefix not in self.cached_prefixes:
-            self.cached_prefixes.append(prefix)
-            self.chunked_prefixes.append(_chunks(prefix, self.block_size))
-
-    def match_prefix(self, prompt_tokens):
-        return _match(self.cached_prefixes, prompt_tokens)
-
-    def split_prompt(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        hit = _match(self.cached_prefixes, prompt)
-        return prompt[:hit], prompt[hit:], hit
-
-    def chunked_prefill_plan(self, prompt_tokens):
-        return _chunks(prompt_tokens, self.block_size)
-
-    def cache_stats(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        hit = _match(self.cached_prefixes, prompt)
-        ratio = round(hit / len(prompt), 4) if prompt else 0.0
-        return {"hit_tokens": hit, "uncached_tokens": len(prompt) - hit, "reuse_ratio": ratio}
-
-    def chunked_suffix_prefill_plan(self, prompt_tokens):
-        prompt = list(prompt_tokens)
-        return _chunks(prompt[_match(self.cached_prefixes, prompt) :], self.block_size)
-
-    return dict(locals())
-
-
-def _probe(ns, block_size=4, cached=()):
-    """The learner's class, every other TODO's method replaced by the oracle, cache filled."""
-    cls = ns.get("PrefixCacheManager")
-    assert isinstance(cls, type), f"{TODO}：找不到 PrefixCacheManager 类，请先运行定义它的单元格"
-    methods = {name: f for name, f in _oracle_methods().items() if name != UNDER_TEST}
-    manager = type("Probe", (cls,), methods)(block_size=block_size)
-    manager.cached_prefixes = [tuple(p) for p in cached]
-    manager.chunked_prefixes = [_chunks(p, block_size) for p in cached]
-    return manager
-
-
-def _call(where, method, *args):
-    """Call the learner's method; an exception becomes a message naming the TODO and the input."""
-    try:
-        return method(*args)
-    except NotImplementedError:
-        raise NotImplementedError(
-            f"{where}：请先完成 {TODO}（{UNDER_TEST} 里仍是 raise NotImplementedError）"
-        ) from None
-    except Exception as error:
-        raise AssertionError(f"{where} 抛出 {type(error).__name__}: {error}") from None
-
-
-def _snapshot(manager):
-    """A copy of the cache to compare before and after a call (whatever the learner stored)."""
-
-    def frozen(value):
-        try:
-            return (
-                tuple(frozen(item) for item in value)
-                if not isinstance(value, (int, str, bytes))
-                else value
-            )
-        except TypeError:
-            return value
-
-    return frozen(manager.cached_prefixes), frozen(manager.chunked_prefixes)
-
-
-def _as_chunks(got):
-    """The contents of a list of chunks as tuples, or None when it is not one."""
-    if type(got) not in (list, tuple):
-        return None
-    try:
-        return [tuple(chunk) for chunk in got]
-    except TypeError:
-        return None
-
-
-def _plain(value):
-    """A comparable copy that no __eq__ can fool: exact list / tuple (or subclass) / scalars."""
-    if type(value) is list:
-        return ("list", tuple(_plain(v) for v in value))
-    if isinstance(value, tuple):
-        return ("tuple", tuple(_plain(v) for v in value))
-    if type(value) is dict:
-        return ("dict", tuple(sorted((repr(k), _plain(v)) for k, v in value.items())))
-    if type(value) in (int, float, str, bool, type(None)):
-        return (type(value).__name__, value)
-    return ("other", id(value))
-
-
-def _varies(where, results, expected):
-    """A property check (types, no mutation, an edge case) pays only for code that computes:
-    some answer must be right, and where the right answers differ, the answers must too."""
-    results, expected = [_plain(r) for r in results], [_plain(e) for e in expected]
-    if not any(r == e for r, e in zip(results, expected)):
-        raise AssertionError(
-            f"{where}：这些输入没有一个得到正确结果，这一格只在方法至少算对一部分输入时给分"
-        )
-    if len(set(expected)) > 1 and len(set(results)) == 1:
-        raise AssertionError(
-            f"{where}：这几个输入应得到不同的结果，却都返回同一个值："
-            "这一格只在方法真正按输入计算时给分"
-        )
+TOTAL_POINTS = {7: 15}  # the TODO's points, shared by its checks
 
 
 KEYS = ["hit_tokens", "reuse_ratio", "uncached_tokens"]
@@ -170,9 +35,9 @@ def _random_cases(rng, count):
             yield cached, prompt
 
 
-def check_basic(ns):
+@check(points=6, title="基本", says="hit_tokens 与 uncached_tokens（int）与参考实现相同")
+def check_todo7_basic(ns):
     """Non-empty prompts: hit_tokens and uncached_tokens, plain ints, against the reference."""
-    _guard()
     rng = random.Random(3407)
     for cached, prompt in _random_cases(rng, 40):
         manager = _probe(ns, block_size=2, cached=cached)
@@ -198,9 +63,9 @@ def _ratio_hint(value, hit, length):
     return "reuse_ratio = hit_tokens / len(prompt)，保留 4 位小数"
 
 
-def check_ratio(ns):
+@check(points=5, title="比例", says="reuse_ratio 是 float，等于 hit_tokens / len(prompt)（4 位小数）")
+def check_todo7_ratio(ns):
     """Non-empty prompts: reuse_ratio is a float, round(hit_tokens / len(prompt), 4), as the text says."""
-    _guard()
     rng = random.Random(3417)
     for cached, prompt in _random_cases(rng, 40):
         where, got = _stats(_probe(ns, block_size=2, cached=cached), "比例", prompt)
@@ -212,9 +77,9 @@ def check_ratio(ns):
         )
 
 
-def check_empty(ns):
+@check(points=2, title="空 prompt", says="返回 0、0 与 float 0.0，不除以零")
+def check_todo7_empty(ns):
     """An empty prompt: 0, 0 and 0.0 (a float), without dividing by zero."""
-    _guard()
     want = {"hit_tokens": 0, "uncached_tokens": 0, "reuse_ratio": 0.0}
     for cached in ([], [(1, 2)]):
         for shown in ([], (), range(0)):
@@ -231,9 +96,9 @@ def check_empty(ns):
     _varies(where, [got["hit_tokens"]], [2])
 
 
-def check_no_mutation(ns):
+@check(points=2, title="不修改", says="统计不改动缓存和传入的 prompt")
+def check_todo7_no_mutation(ns):
     """Statistics leave the cache and the caller's prompt as they were."""
-    _guard()
     rng = random.Random(3427)
     results, wanted = [], []
     for cached, prompt in _random_cases(rng, 10):

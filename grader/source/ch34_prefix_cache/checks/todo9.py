@@ -2,100 +2,15 @@
 
 The learner's function runs against a reference model written here (right-aligned causal mask,
 absolute positions), wrapped in a counter that records how many tokens each call fed.
-Points: chunks 4, relay 5, prefix 4, types 2 (15 in all).
 """
 
-import random as _random
+import random
 
-import torch as _torch
-import torch.nn.functional as _F
+import torch
 
-_TODO = "TODO 9"
-
-
-def _named(title):
-    """A check's messages read "TODO N · title [input]: ..."; an unfinished TODO is named as such."""
-
-    def wrap(check):
-        def run(ns):
-            try:
-                return check(ns)
-            except NotImplementedError:
-                raise NotImplementedError(
-                    f"{_TODO} · {title}：请先完成 {_TODO}（仍在 raise NotImplementedError）"
-                ) from None
-            except AssertionError as error:
-                text = str(error)
-                if text.startswith(_TODO):
-                    text = f"{_TODO} · {title}" + text[len(_TODO) :]
-                raise AssertionError(text) from None
-
-        run.__name__, run.__doc__ = check.__name__, check.__doc__
-        return run
-
-    return wrap
-_VOCAB = 64
-
-
-class _OracleLM:
-    """The TinyCausalLM interface: model(ids, past_kv=None) -> (logits, past_kv), weights from `seed`."""
-
-    def __init__(self, seed, vocab=_VOCAB, d=32, n_layers=2, n_heads=2, max_positions=160):
-        g = _torch.Generator().manual_seed(seed)
-
-        def rand(*shape, std=1.0):
-            return _torch.randn(*shape, generator=g) * std
-
-        self.d, self.nh, self.vocab = d, n_heads, vocab
-        self.wte, self.wpe = rand(vocab, d), rand(max_positions, d)
-        self.layers = [
-            (
-                rand(d, 3 * d, std=d**-0.5),
-                rand(d, d, std=d**-0.5),
-                rand(d, 4 * d, std=d**-0.5),
-                rand(4 * d, d, std=(4 * d) ** -0.5),
-            )
-            for _ in range(n_layers)
-        ]
-        self.head = rand(d, vocab, std=d**-0.5)
-
-    def __call__(self, token_ids, past_kv=None):
-        idx = _torch.as_tensor(token_ids, dtype=_torch.long)
-        if not (idx.dim() == 1 and idx.numel() > 0):
-            raise ValueError("参考模型只接受非空的一维 token 序列")
-        d, nh, hs = self.d, self.nh, self.d // self.nh
-        P, T = (0 if past_kv is None else past_kv[0][0].shape[1]), idx.numel()
-        x = self.wte[idx] + self.wpe[P : P + T]
-        new_kv = []
-        for layer, (w_qkv, w_proj, w_fc, w_out) in enumerate(self.layers):
-            q, k, v = (_F.layer_norm(x, (d,)) @ w_qkv).split(d, dim=-1)
-            q, k, v = (t.view(T, nh, hs).transpose(0, 1) for t in (q, k, v))
-            if past_kv is not None:
-                k = _torch.cat([past_kv[layer][0], k], dim=1)
-                v = _torch.cat([past_kv[layer][1], v], dim=1)
-            keys = k.shape[1]
-            att = (q @ k.transpose(-2, -1)) * hs**-0.5
-            visible = _torch.ones(T, keys, dtype=_torch.bool).tril(keys - T)
-            att = att.masked_fill(~visible, float("-inf")).softmax(-1)
-            x = x + (att @ v).transpose(0, 1).reshape(T, d) @ w_proj
-            x = x + _F.gelu(_F.layer_norm(x, (d,)) @ w_fc) @ w_out
-            new_kv.append((k, v))
-        return _F.layer_norm(x, (d,)) @ self.head, tuple(new_kv)
-
-
-class _Counting:
-    """Wraps a model and records how many tokens each call fed."""
-
-    def __init__(self, model):
-        self.model, self.calls = model, []
-
-    def __call__(self, token_ids, past_kv=None):
-        self.calls.append(len(token_ids))
-        return self.model(token_ids, past_kv=past_kv)
-
-
-def _close(a, b):
-    return tuple(a.shape) == tuple(b.shape) and _torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+TODO = "TODO 9"
+UNDER_TEST = "chunked_prefill"  # what the learner writes; every other TODO's code is the oracle
+TOTAL_POINTS = {9: 15}  # the TODO's points, shared by its checks
 
 
 def _split(seq, size):
@@ -106,12 +21,12 @@ def _single_thread(check):
     """Tiny tensors: one thread is faster and does not fight other processes on the machine."""
 
     def run(ns):
-        threads = _torch.get_num_threads()
-        _torch.set_num_threads(1)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         try:
             return check(ns)
         finally:
-            _torch.set_num_threads(threads)
+            torch.set_num_threads(threads)
 
     run.__name__, run.__doc__ = check.__name__, check.__doc__
     return run
@@ -142,11 +57,11 @@ def _run(ns, model, tokens, size, past, label):
     except Exception as exc:
         hint = _chunk_hint(model.calls, len(tokens), size)
         raise AssertionError(
-            f"{_TODO} [{label}]: chunked_prefill(model, {len(tokens)} 个 token, chunk_size={size}) "
+            f"{TODO} [{label}]: chunked_prefill(model, {len(tokens)} 个 token, chunk_size={size}) "
             f"抛出了 {type(exc).__name__}: {exc}" + (f"。{hint}" if hint else "")
         ) from None
     assert isinstance(result, tuple) and len(result) == 2, (
-        f"{_TODO} [{label}]: 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}"
+        f"{TODO} [{label}]: 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}"
     )
     return result
 
@@ -157,13 +72,13 @@ def _diagnose(logits, oracle, tokens, size, past):
     relay = "要把上一块返回的 past_kv 交给下一块"
     if past is not None and _close(logits, oracle(tokens)[0]):
         return "忽略了传入的 past_kv：第一块应接着传入的前缀 KV 计算（位置从前缀长度开始数）"
-    restart = _torch.cat([oracle(p)[0] for p in pieces])
+    restart = torch.cat([oracle(p)[0] for p in pieces])
     if _close(logits, restart):
         if past is None:
             return f"第 2 块起的 logits 等于“每块都从 past_kv=None 开始”的结果：后面的块看不到前面的 token（位置从 0 重数、掩码没有偏移）。{relay}"
         return f"每块都从 past_kv=None 开始，连传入的前缀 past_kv 也没用上。{relay}，第一块接着传入的 past_kv 算"
     if past is not None:
-        only_initial = _torch.cat([oracle(p, past_kv=past)[0] for p in pieces])
+        only_initial = torch.cat([oracle(p, past_kv=past)[0] for p in pieces])
         if _close(logits, only_initial):
             return f"每块都只带最初传入的 past_kv：每块的位置都从前缀末尾重新数，看不到前面几块。{relay}"
     return "分块 logits 与一次完整前向不一致"
@@ -175,31 +90,31 @@ def _check_result(result, oracle, model, tokens, size, past, label):
     past_len = 0 if past is None else past[0][0].shape[1]
     full_logits, full_kv = oracle(tokens, past_kv=past)
     hint = _chunk_hint(model.calls, n, size)
-    assert hint is None, f"{_TODO} [{label}]: {hint}"
+    assert hint is None, f"{TODO} [{label}]: {hint}"
     logits, kv = result
-    assert isinstance(logits, _torch.Tensor), f"{_TODO} [{label}]: logits 应是张量，得到 {type(logits).__name__}"
+    assert isinstance(logits, torch.Tensor), f"{TODO} [{label}]: logits 应是张量，得到 {type(logits).__name__}"
     want = tuple(full_logits.shape)
     if tuple(logits.shape) == (min(size, n - (-(-n // size) - 1) * size), oracle.vocab) and want[0] > logits.shape[0]:
         raise AssertionError(
-            f"{_TODO} [{label}]: logits 形状应为 {want}（全部 {n} 个新 token 的 logits 按块拼接），"
+            f"{TODO} [{label}]: logits 形状应为 {want}（全部 {n} 个新 token 的 logits 按块拼接），"
             f"得到 {tuple(logits.shape)}：只返回了最后一块的 logits，要 torch.cat 各块的 logits"
         )
     assert tuple(logits.shape) == want, (
-        f"{_TODO} [{label}]: logits 形状应为 {want}（全部新 token 的 logits 按块拼接），得到 {tuple(logits.shape)}"
+        f"{TODO} [{label}]: logits 形状应为 {want}（全部新 token 的 logits 按块拼接），得到 {tuple(logits.shape)}"
     )
-    assert _close(logits, full_logits), f"{_TODO} [{label}]: {_diagnose(logits, oracle, tokens, size, past)}"
-    assert kv is not None and len(kv) == len(full_kv), f"{_TODO} [{label}]: 返回的 past_kv 应有 {len(full_kv)} 层"
+    assert _close(logits, full_logits), f"{TODO} [{label}]: {_diagnose(logits, oracle, tokens, size, past)}"
+    assert kv is not None and len(kv) == len(full_kv), f"{TODO} [{label}]: 返回的 past_kv 应有 {len(full_kv)} 层"
     for layer, ((k, v), (k_ref, v_ref)) in enumerate(zip(kv, full_kv)):
         assert k.shape[1] == past_len + n, (
-            f"{_TODO} [{label}]: 返回的 past_kv 应覆盖前缀 {past_len} + 新 token {n} = {past_len + n} 个位置，"
+            f"{TODO} [{label}]: 返回的 past_kv 应覆盖前缀 {past_len} + 新 token {n} = {past_len + n} 个位置，"
             f"第 {layer} 层有 {k.shape[1]} 个：要返回最后一块调用模型得到的 past_kv"
         )
-        assert _close(k, k_ref) and _close(v, v_ref), f"{_TODO} [{label}]: 第 {layer} 层返回的 KV 与完整前向不一致"
+        assert _close(k, k_ref) and _close(v, v_ref), f"{TODO} [{label}]: 第 {layer} 层返回的 KV 与完整前向不一致"
 
 
 def _trials(count, divisible):
     """(oracle, tokens, sizes) for `count` random prompts; `divisible` keeps only sizes that divide the length."""
-    rng = _random.Random(34 + divisible)
+    rng = random.Random(34 + divisible)
     for _ in range(count):
         oracle = _OracleLM(seed=rng.randrange(10**6))
         if divisible:
@@ -213,9 +128,9 @@ def _trials(count, divisible):
         yield rng, oracle, [rng.randrange(_VOCAB) for _ in range(n)], sizes
 
 
-@_named("分块")
+@check(points=4, title="分块", says="按 chunk_size 依次切块送入模型：不满的尾块、chunk_size=1、chunk_size 比 prompt 还长")
 @_single_thread
-def check_chunks(ns):
+def check_todo9_chunks(ns):
     """The chunk loop: consecutive chunks of chunk_size tokens, a short tail chunk, one chunk when chunk_size > len."""
     for _, oracle, tokens, sizes in _trials(3, divisible=False):
         for size in sizes:
@@ -223,12 +138,12 @@ def check_chunks(ns):
             label = f"{len(tokens)} 个 token，chunk_size={size}"
             _run(ns, model, tokens, size, None, label)
             hint = _chunk_hint(model.calls, len(tokens), size)
-            assert hint is None, f"{_TODO} [{label}]: {hint}"
+            assert hint is None, f"{TODO} [{label}]: {hint}"
 
 
-@_named("接力")
+@check(points=5, title="接力", says="每块带上一块返回的 past_kv，logits 与 KV 等于一次完整前向（多种 chunk 大小）")
 @_single_thread
-def check_relay(ns):
+def check_todo9_relay(ns):
     """Chunks relay the KV: each chunk gets the past_kv the previous chunk returned; logits and KV equal a full pass."""
     for _, oracle, tokens, sizes in _trials(3, divisible=True):
         for size in sizes:
@@ -238,9 +153,9 @@ def check_relay(ns):
             _check_result(result, oracle, model, tokens, size, None, label)
 
 
-@_named("前缀")
+@check(points=4, title="前缀", says="传入已缓存前缀的 past_kv 时，第一块接着它算；结果覆盖前缀；不修改传入的 past_kv")
 @_single_thread
-def check_prefix(ns):
+def check_todo9_prefix(ns):
     """An incoming past_kv (a cached prefix): the first chunk continues it, the result covers it, it is not modified."""
     for rng, oracle, tokens, sizes in _trials(3, divisible=True):
         prefix = [rng.randrange(_VOCAB) for _ in range(rng.randint(1, 30))]
@@ -252,36 +167,36 @@ def check_prefix(ns):
             result = _run(ns, model, tokens, size, past, label)
             _check_result(result, oracle, model, tokens, size, past, label)
             after = [t for layer in past for t in layer]
-            assert all(_torch.equal(a, b) for a, b in zip(snapshot, after)), (
-                f"{_TODO} [{label}]: 传入的 past_kv 被原地修改了：它可能是缓存里被别的请求共享的前缀 KV"
+            assert all(torch.equal(a, b) for a, b in zip(snapshot, after)), (
+                f"{TODO} [{label}]: 传入的 past_kv 被原地修改了：它可能是缓存里被别的请求共享的前缀 KV"
             )
 
 
-@_named("类型")
+@check(points=2, title="类型", says="LongTensor 与 list 输入；返回 (logits, past_kv)，形状与层数正确")
 @_single_thread
-def check_types(ns):
+def check_todo9_types(ns):
     """A LongTensor prompt works like a list; the result is a tuple (logits Tensor, past_kv of n_layers (k, v) pairs)."""
-    rng = _random.Random(9)
+    rng = random.Random(9)
     oracle = _OracleLM(seed=rng.randrange(10**6))
     n = 12
     tokens = [rng.randrange(_VOCAB) for _ in range(n)]
-    for prompt, kind in ((_torch.tensor(tokens), "LongTensor"), (tokens, "list")):
+    for prompt, kind in ((torch.tensor(tokens), "LongTensor"), (tokens, "list")):
         model = _Counting(oracle)
         label = f"{kind} 输入，{n} 个 token，chunk_size={n}"
         logits, kv = _run(ns, model, prompt, n, None, label)
-        assert isinstance(logits, _torch.Tensor) and logits.dtype == _torch.float32, (
-            f"{_TODO} [{label}]: logits 应是 float32 张量，得到 {type(logits).__name__}"
-            + (f"（dtype {logits.dtype}）" if isinstance(logits, _torch.Tensor) else "")
+        assert isinstance(logits, torch.Tensor) and logits.dtype == torch.float32, (
+            f"{TODO} [{label}]: logits 应是 float32 张量，得到 {type(logits).__name__}"
+            + (f"（dtype {logits.dtype}）" if isinstance(logits, torch.Tensor) else "")
         )
         assert tuple(logits.shape) == (n, oracle.vocab), (
-            f"{_TODO} [{label}]: logits 形状应为 {(n, oracle.vocab)}，得到 {tuple(logits.shape)}"
+            f"{TODO} [{label}]: logits 形状应为 {(n, oracle.vocab)}，得到 {tuple(logits.shape)}"
         )
         assert isinstance(kv, tuple) and len(kv) == len(oracle.layers), (
-            f"{_TODO} [{label}]: past_kv 应是 {len(oracle.layers)} 层的 tuple（模型返回的原样），得到 {type(kv).__name__}"
+            f"{TODO} [{label}]: past_kv 应是 {len(oracle.layers)} 层的 tuple（模型返回的原样），得到 {type(kv).__name__}"
         )
         for layer, pair in enumerate(kv):
-            shapes = [tuple(t.shape) if isinstance(t, _torch.Tensor) else type(t).__name__ for t in pair]
+            shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in pair]
             want = (oracle.nh, n, oracle.d // oracle.nh)
-            assert shapes == [want, want], f"{_TODO} [{label}]: 第 {layer} 层的 (k, v) 形状应为 {[want, want]}，得到 {shapes}"
+            assert shapes == [want, want], f"{TODO} [{label}]: 第 {layer} 层的 (k, v) 形状应为 {[want, want]}，得到 {shapes}"
         full_logits, _ = oracle(tokens)
-        assert _close(logits, full_logits), f"{_TODO} [{label}]: 只有一块时 logits 应等于一次完整前向"
+        assert _close(logits, full_logits), f"{TODO} [{label}]: 只有一块时 logits 应等于一次完整前向"

@@ -1,0 +1,201 @@
+"""Grade cells generated from the hidden checks' declarations, and the code each one runs.
+
+A check file (`checks/todo<N>.py`, or one file per part such as `checks/sched.py`) declares each
+check once, beside its code:
+
+    @check(points=4, title="基本", says="随机 list 输入，内容、顺序与重复 token 都与参考实现相同")
+    def check_todo1_basic(ns): ...
+
+and its TODOs' totals once (`TOTAL_POINTS = {1: 8}`). A source cell holding `#| checks: todo1.py`
+lines becomes one grade cell per declaration, in the order the file declares them
+(`grade_cells`): grade id `test_todo1_basic`, the points, the first line
+`# TODO 1 · 基本（4 分）：…`, and a hidden block naming the check, which the build replaces with
+`check_code`: the common helpers, the part's helpers and the check file, joined into one code
+string. Declarations are read with `ast`, never run; a malformed one is a `SourceError`.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+import nbformat
+
+from .nbsource import CHECKS_DIR, PARTS, SourceError, check_file_text
+
+COMMON = "_common.py"  # helpers every check uses
+DECORATOR = "check"
+_CHECKS_LINE = re.compile(r"^#\| checks: ([\w-]+\.py)[ \t]*$")
+_CHECK_NAME = re.compile(r"^check_todo(\d+)_\w+$")
+_DECLARED = ("points", "title", "says")
+_TRIPLE = "'" * 3
+
+
+@dataclass(frozen=True)
+class Check:
+    """One declared check: `check_todo<N>_<name>` in `filename`, worth `points`."""
+
+    filename: str
+    name: str
+    todo: int
+    points: int
+    title: str
+    says: str
+
+    @property
+    def grade_id(self) -> str:
+        return "test_" + self.name.removeprefix("check_")
+
+    @property
+    def header(self) -> str:
+        """The grade cell's first line: what it checks and its points."""
+        return f"# TODO {self.todo} · {self.title}（{self.points} 分）：{self.says}"
+
+
+def is_checks_cell(cell) -> bool:
+    """Whether `cell` is a code cell holding only `#| checks: FILE.py` lines."""
+    lines = cell.source.strip().splitlines()
+    return cell.cell_type == "code" and bool(lines) and all(map(_CHECKS_LINE.match, lines))
+
+
+def grade_cells(cell) -> list:
+    """The grade cells a `#| checks:` cell stands for, file by file, in declaration order."""
+    filenames = [_CHECKS_LINE.match(line).group(1) for line in cell.source.strip().splitlines()]
+    return [grade_cell(check) for filename in filenames for check in declarations(filename)]
+
+
+def grade_cell(check: Check):
+    """A locked grade cell: its first line, then a hidden block naming the check."""
+    source = "\n".join(
+        (
+            check.header,
+            "### BEGIN HIDDEN TESTS",
+            f"#| check: {check.filename}::{check.name}",
+            "### END HIDDEN TESTS",
+        )
+    )
+    meta = {
+        "grade": True,
+        "grade_id": check.grade_id,
+        "locked": True,
+        "points": check.points,
+        "schema_version": 3,
+        "solution": False,
+        "task": False,
+    }
+    return nbformat.v4.new_code_cell(source, metadata={"nbgrader": meta})
+
+
+def declarations(filename: str) -> list[Check]:
+    """The checks `filename` declares, in file order; a `SourceError` names what is malformed:
+    a check without a declaration (or with a wrong one), a name that repeats or names no TODO
+    of the file, or a TODO whose checks' points do not add up to its `TOTAL_POINTS`."""
+    tree = _parse(filename)
+    totals = total_points(filename, tree)
+    found: list[Check] = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        calls = [d for d in node.decorator_list if _is_declaration(d)]
+        if not calls:
+            if node.name.startswith("check_"):
+                raise SourceError(f"{filename}: {node.name} has no @{DECORATOR}(...) declaration")
+            continue
+        where = f"{filename}:{node.lineno} {node.name}"
+        if len(calls) > 1:
+            raise SourceError(f"{where}: declared {len(calls)} times")
+        found.append(_declared(filename, node.name, calls[0], where, totals))
+    names = [check.name for check in found]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise SourceError(f"{filename}: {', '.join(repeated)} defined more than once")
+    for todo, total in totals.items():
+        points = sum(check.points for check in found if check.todo == todo)
+        if points != total:
+            raise SourceError(
+                f"{filename}: the checks of TODO {todo} give {points} points, "
+                f"TOTAL_POINTS says {total}"
+            )
+    return found
+
+
+def total_points(filename: str, tree: ast.Module | None = None) -> dict[int, int]:
+    """`TOTAL_POINTS` of a check file: {TODO number: its points}, read without running the file."""
+    tree = tree or _parse(filename)
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "TOTAL_POINTS"
+        ):
+            try:
+                totals = ast.literal_eval(node.value)
+            except ValueError:
+                totals = None
+            if (
+                isinstance(totals, dict)
+                and totals
+                and all(type(k) is int and type(v) is int and v > 0 for k, v in totals.items())
+            ):
+                return totals
+            raise SourceError(f"{filename}: TOTAL_POINTS must be a literal {{TODO: points}} dict")
+    raise SourceError(f"{filename}: no TOTAL_POINTS = {{TODO: points}} (each TODO's total)")
+
+
+def check_code(filename: str) -> str:
+    """The code a grade cell runs for a check of `filename`: the common helpers, the part's
+    helpers (`_<part key>.py`, where the part has one) and the file itself, in that order."""
+    pieces = [COMMON, *part_helpers(filename), filename]
+    texts = []
+    for piece in pieces:
+        text = check_file_text(piece).rstrip()
+        if _TRIPLE in text or text.endswith("\\"):
+            raise SourceError(f"{piece} cannot be inlined: it holds {_TRIPLE} or ends in \\")
+        texts.append(text)
+    return "\n\n\n".join(texts)
+
+
+def part_helpers(filename: str) -> list[str]:
+    """The helper files of the parts whose TODOs `filename` checks (most files: one part)."""
+    todos = total_points(filename)
+    keys = [part.key for part in PARTS if set(part.todos) & set(todos)]
+    return [f"_{key}.py" for key in keys if (CHECKS_DIR / f"_{key}.py").is_file()]
+
+
+def _parse(filename: str) -> ast.Module:
+    try:
+        return ast.parse(check_file_text(filename), filename)
+    except SyntaxError as error:
+        raise SourceError(f"{filename}:{error.lineno}: {error.msg}") from None
+
+
+def _is_declaration(node: ast.expr) -> bool:
+    target = node.func if isinstance(node, ast.Call) else node
+    return isinstance(target, ast.Name) and target.id == DECORATOR
+
+
+def _declared(filename, name, call, where, totals) -> Check:
+    """One `@check(points=..., title=..., says=...)` read as a Check, or a SourceError."""
+    number = _CHECK_NAME.match(name)
+    if not number:
+        raise SourceError(f"{where}: a check is named check_todo<N>_<name>")
+    if int(number.group(1)) not in totals:
+        raise SourceError(f"{where}: TODO {number.group(1)} is not in TOTAL_POINTS {totals}")
+    if not isinstance(call, ast.Call) or call.args:
+        raise SourceError(f"{where}: write @{DECORATOR}(points=N, title='...', says='...')")
+    keywords = [k.arg for k in call.keywords]
+    if sorted(keywords) != sorted(_DECLARED):
+        raise SourceError(f"{where}: @{DECORATOR} takes exactly {_DECLARED}, got {keywords}")
+    try:
+        values = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    except ValueError:
+        raise SourceError(f"{where}: @{DECORATOR}'s values must be literals") from None
+    points, title, says = (values[k] for k in _DECLARED)
+    if type(points) is not int or points <= 0:
+        raise SourceError(f"{where}: points must be a positive int, got {points!r}")
+    for key, text in (("title", title), ("says", says)):
+        if type(text) is not str or not text.strip() or "\n" in text:
+            raise SourceError(f"{where}: {key} must be one non-empty line, got {text!r}")
+    return Check(filename, name, int(number.group(1)), points, title, says)

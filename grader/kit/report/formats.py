@@ -1,0 +1,56 @@
+"""The report's two file formats, each written once: the self-contained HTML page (summary.html
+and the feedback pages share its shell) and the CSV that Excel opens and saves (UTF-8 with a BOM
+out; UTF-8, a BOM or not, or GBK in)."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+from pathlib import Path
+
+from ..errors import UnreadableCsv
+
+
+def html_page(title: str, style: str, body: str, *, lang: str) -> str:
+    """A complete, self-contained HTML document; `title` is HTML already (see `esc`)."""
+    return (
+        f'<!DOCTYPE html>\n<html lang="{lang}"><head><meta charset="utf-8">'
+        f"<title>{title}</title><style>{style}</style></head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def esc(text) -> str:
+    """`text` as HTML text."""
+    return html.escape(str(text))
+
+
+def open_csv(path: Path) -> io.StringIO:
+    """A CSV file the instructor may have saved from Excel: UTF-8 (a BOM or not), else GBK.
+
+    Excel on a Chinese-locale Windows saves "CSV (逗号分隔)" in GBK; GB 18030 reads it.
+    """
+    data = path.read_bytes()
+    try:
+        return io.StringIO(data.decode("utf-8-sig"), newline="")
+    except UnicodeDecodeError:
+        pass
+    try:
+        return io.StringIO(data.decode("gb18030"), newline="")
+    except UnicodeDecodeError as error:
+        raise UnreadableCsv(
+            f"error: {path} is neither UTF-8 nor GBK (byte {error.start}); save it as "
+            '"CSV UTF-8" and run again (nothing was graded)'
+        ) from None
+
+
+def write_csv(path: Path, names: list[str], rows, *, extra_rows=()) -> None:
+    """Write atomically, UTF-8 with a BOM; `extra_rows` (lists) go right after the header."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8-sig") as handle:
+        writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore", restval="")
+        writer.writeheader()
+        for extra in extra_rows:
+            csv.writer(handle).writerow(extra)
+        writer.writerows(rows)
+    tmp.replace(path)

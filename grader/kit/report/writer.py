@@ -1,0 +1,144 @@
+"""REPORT/ for one batch. Opened before anything is graded (what the instructor wrote is read and
+checked: grades.csv, overrides.csv); a page kept in memory for each outcome as it comes; and
+everything written only once the batch has passed: feedback pages, grades.csv, summary.html,
+the LMS files and the nbgrader course. A stopped batch writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .. import paths
+from ..grading.outcome import Outcome
+from . import feedback, gradebook, grades, lms, summary
+
+
+@dataclass
+class ReportWriter:
+    """What one batch writes into `folder`; `open` it, `add` each outcome, then `write`."""
+
+    folder: Path
+    columns: list  # (grade_id, points) of every grade cell
+    overrides: dict  # by student: the instructor's overrides.csv lines
+    people: dict  # the roster by student id ({} without one)
+    intake: object = None  # the `Intake`: its files and roster go into summary.html
+    pages: dict = field(default_factory=dict)  # by student: the feedback page
+    kept: dict = field(default_factory=dict)  # by student: the autograded notebook's bytes
+
+    @classmethod
+    def open(cls, folder: Path, release, student_ids, intake=None) -> ReportWriter:
+        """Read and check what the instructor wrote into `folder` before anything is graded;
+        raises BadOverrides naming the line of anything in overrides.csv that cannot apply.
+        `student_ids` are this batch's students (they may be overridden, as may grades.csv's)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / paths.FEEDBACK).mkdir(exist_ok=True)
+        columns = grades.grade_columns(release)
+        header, previous = grades.read_grades(folder / paths.GRADES)
+        overrides = grades.read_overrides(
+            folder / paths.OVERRIDES,
+            set(previous) | set(student_ids),
+            grades.kit_columns(columns) + header,
+            grades.column_maxima(columns),
+        )
+        roster = intake.roster if intake is not None else None
+        return cls(folder, columns, overrides, lms.people(roster), intake)
+
+    def add(self, outcome) -> None:
+        """Keep `outcome`'s page and autograded notebook while its working copy still exists."""
+        self.kept[outcome.student_id] = gradebook.read_autograded(outcome.autograded)
+        overrides = self.overrides.get(outcome.student_id, ())
+        self.pages[outcome.student_id] = page_of(outcome, overrides)
+
+    def write(self, outcomes, course: Path, progress, replaced=frozenset()) -> None:
+        """Everything, once the batch has passed. `replaced` are ids an earlier run graded files
+        of this export under (`stale_ids`): their rows, pages and nbgrader submissions go."""
+        gradebook.ensure_course(self.folder, course, progress)
+        for student_id, text in self.pages.items():
+            paths.feedback_page(self.folder, student_id).write_text(text, encoding="utf-8")
+            gradebook.keep_notebook(self.folder, student_id, self.kept[student_id])
+        for student_id in replaced:
+            paths.feedback_page(self.folder, student_id).unlink(missing_ok=True)
+            gradebook.keep_notebook(self.folder, student_id, None)
+        rows = grades.write_grades(
+            self.folder / paths.GRADES, outcomes, self.columns, self.overrides, drop=replaced
+        )
+        gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
+        self.write_views(outcomes, rows, progress, gone)
+
+    def write_views(self, outcomes, rows, progress, gone=()) -> None:
+        """After grades.csv: the class summary, the LMS files and the nbgrader course's gradebook.
+
+        `gone` are Outcomes of replaced ids (no reviewable notebook): their nbgrader submissions go.
+        """
+        warning = grades.max_score_warning(rows)
+        grades.warn(warning, progress)
+        summary.write_summary(
+            self.folder / paths.SUMMARY,
+            rows,
+            self.columns,
+            [warning] if warning else [],
+            intake=self.intake,
+        )
+        for line in lms.write_lms_files(self.folder, rows, self.people):
+            print(line, file=progress)
+        held = gradebook.record(self.folder, [*outcomes, *gone], self.overrides)
+        print(
+            f"nbgrader course {gradebook.course_dir(self.folder)}: {held} graded submissions "
+            "(`nbgrader formgrader` / `nbgrader export` there)",
+            file=progress,
+        )
+
+
+def page_of(outcome, overrides=()) -> str:
+    """The submission's feedback page (with the instructor's `overrides`).
+
+    The page shows the final numbers (after `overrides`) beside the graded ones, and names the
+    file graded and the student's files that were not.
+    """
+    final = None
+    if overrides:  # the row grades.csv will hold, as `grades.write_grades` computes it
+        columns = [(g, m) for g, (_, m) in outcome.scores.items()]
+        final = grades.apply_overrides(grades.outcome_row(outcome, columns), list(overrides))
+    files = (outcome.source, outcome.superseded, outcome.choice) if outcome.source else None
+    if outcome.autograded and Path(outcome.autograded).exists():
+        autograded = nbformat.read(outcome.autograded, as_version=4)
+        return feedback.render(
+            outcome.student_id,
+            autograded,
+            outcome.scores,
+            status=outcome.status,
+            reason=outcome.reason,
+            repairs=outcome.repairs,
+            overrides=overrides,
+            final=final,
+            files=files,
+        )
+    return feedback.failure_page(
+        outcome.student_id,
+        outcome.status,
+        outcome.reason,
+        outcome.repairs,
+        overrides=overrides,
+        final=final,
+        files=files,
+    )
+
+
+def stale_ids(intake, report_dir: Path) -> dict[str, str]:
+    """{id an earlier run graded a file of this export under: what that file is now}.
+
+    A file is matched by its path in the export (grades.csv's `source`); an id graded again in
+    this batch is not stale.
+    """
+    now = {s.source: f"graded as {s.student_id}" for s in intake.submissions}
+    now |= {s.source: f"{s.outcome} ({s.why})" for s in intake.skipped}
+    ids = {s.student_id for s in intake.submissions}
+    _, previous = grades.read_grades(report_dir / paths.GRADES)
+    return {
+        student_id: f"{row['source']}: {now[row['source']]}"
+        for student_id, row in previous.items()
+        if row.get("source") in now and student_id not in ids
+    }
