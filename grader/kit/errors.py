@@ -84,3 +84,11 @@ def exit_with(error: KitError, stream=None) -> int:
     """Print `error` for the person at the terminal; the status the entry point exits with."""
     print(error.shown(), file=stream or sys.stderr)
     return error.exit_status
+
+
+def run_command(run, argv=None) -> int:
+    """An entry point's body: `run(argv)`'s exit status, or a kit error's message and status."""
+    try:
+        return run(argv)
+    except KitError as error:
+        return exit_with(error)

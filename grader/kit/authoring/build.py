@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 from traitlets.config import Config
 
 from .. import paths
-from ..errors import BuildError, KitError, exit_with
+from ..errors import BuildError, run_command
 from ..paths import ASSIGNMENT, GRADING_COURSE, REPO_ROOT, STUDENT_RELEASE
 from .nbsource import (
     colab_texts,
@@ -224,10 +224,7 @@ def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
 
 def main(argv=None) -> int:
     """The command line: the kit's errors become their message and exit status."""
-    try:
-        return run(argv)
-    except KitError as error:
-        return exit_with(error)
+    return run_command(run, argv)
 
 
 def run(argv=None) -> int:

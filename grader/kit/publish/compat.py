@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 
 from ..authoring.build import execute, kernel_tempdir
-from ..errors import KitError, exit_with
+from ..errors import run_command
 from ..paths import COMPAT_VENVS, REPO_ROOT, SOLUTIONS_NOTEBOOK
 
 VERSIONS = "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')"
@@ -91,10 +91,7 @@ def matrix() -> int:
 
 def main(argv=None) -> int:
     """The command line: the kit's errors become their message and exit status."""
-    try:
-        return run(argv)
-    except KitError as error:
-        return exit_with(error)
+    return run_command(run, argv)
 
 
 def run(argv=None) -> int:

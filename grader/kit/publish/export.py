@@ -26,7 +26,7 @@ from jinja2 import DictLoader
 from latex2mathml.converter import convert as latex_to_mathml
 from nbconvert import HTMLExporter
 
-from ..errors import ExportError, KitError, exit_with
+from ..errors import ExportError, run_command
 from ..paths import ASSIGNMENT, REPO_ROOT, SOLUTIONS_NOTEBOOK
 
 HTML_NAME = f"{ASSIGNMENT}_solutions.html"
@@ -122,10 +122,7 @@ def export_pdf(html_file: Path, target: Path) -> Path:
 
 def main(argv=None) -> int:
     """The command line: the kit's errors become their message and exit status."""
-    try:
-        return run(argv)
-    except KitError as error:
-        return exit_with(error)
+    return run_command(run, argv)
 
 
 def run(argv=None) -> int:
