@@ -41,7 +41,7 @@ SLOW_MODULES = frozenset(
         "test_zygote",
     }
 )
-SLOW_FIXTURES = frozenset({"fresh_build", "graded_batch"})
+SLOW_FIXTURES = frozenset({"fresh_build", "graded_batch", "unsandboxed_batch"})
 
 
 def pytest_collection_modifyitems(config, items):
@@ -159,11 +159,48 @@ def autograde(submissions_dir, report_dir, course, jobs=2, extra=(), env=None):
         timeout=3000,
         env=None if env is None else {**os.environ, **env},
     )
+    return run, grades_csv_rows(report_dir)
+
+
+def grades_csv_rows(report_dir):
+    """grades.csv's rows by student; {} when there is none."""
     rows = {}
     if (report_dir / "grades.csv").exists():
         with open(report_dir / "grades.csv", newline="", encoding="utf-8-sig") as handle:
             rows = {row["student_id"]: row for row in csv.DictReader(handle)}
-    return run, rows
+    return rows
+
+
+def grade_in_process(submissions_dir, report_dir, course):
+    """The kit's `grade_all`, called in this process, for a batch in which no file needs a kernel
+    (every one is refused before grading: not JSON, empty) or which stops before grading
+    anyone (a bad overrides.csv): what the command line does once its sandbox is up, less the
+    zygote, the kernel probe and the preflight, which would grade nothing here. At least one
+    test per behaviour runs the command line itself.
+
+    Returns (what grade_all wrote on its progress stream, grades.csv rows by student); raises
+    what grade_all raises (BadOverrides for a bad overrides.csv).
+    """
+    import io
+
+    from grader.kit.grading.batch import FAULT_STATUSES, BatchSettings, grade_all
+    from grader.kit.intake.inventory import discover
+    from grader.kit.report.writer import stale_ids
+
+    progress = io.StringIO()
+    settings = BatchSettings(course=course, jobs=1, progress=progress)
+    with discover(submissions_dir) as intake:
+        outcomes = grade_all(
+            intake.submissions,
+            report_dir,
+            settings,
+            replaced=frozenset(stale_ids(intake, report_dir)),
+            intake=intake,
+        )
+    kernels = FAULT_STATUSES + ("graded", "flagged", "timeout")
+    started = [o.student_id for o in outcomes if o.status in kernels]
+    assert not started, f"{started}: a kernel was needed; grade these with autograde()"
+    return progress.getvalue(), grades_csv_rows(report_dir)
 
 
 @pytest.fixture(scope="session")
@@ -189,3 +226,38 @@ def graded_batch(fresh_build, tmp_path_factory):
     run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course")
     assert run.returncode == 0, run.stderr[-3000:]
     return {"run": run, "rows": rows, "report": report, "release": release}
+
+
+@pytest.fixture(scope="session")
+def unsandboxed_batch(fresh_build, tmp_path_factory):
+    """Graded in one batch with `--no-sandbox` (test_adversarial, test_autograde): `detached`
+    (a correct notebook that leaves a detached process running), `overrun` (a correct notebook
+    whose scratch cell ignores interrupts and never ends) and `empty` (an empty file).
+
+    The notebook limit is the only way `overrun` ends, so the batch lasts that long: 60 s, far
+    above what grading the preflight's reference and `detached` takes on a loaded machine. Three
+    at a time, so `overrun`, which only sleeps, waits out its limit beside the other two.
+    """
+    from tests.fixtures.adversarial import ATTACKS, SIGINT_IGNORED_FOREVER, with_scratch_cell
+
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    root = tmp_path_factory.mktemp("unsandboxed")
+    submissions, scratch = root / "submissions", root / "tmp"
+    submissions.mkdir()
+    scratch.mkdir()
+    detach = next(a for a in ATTACKS if a.name == "background-process-left-running")
+    (submissions / "detached.ipynb").write_bytes(detach.make(release, solutions))
+    overrun = with_scratch_cell(SIGINT_IGNORED_FOREVER)
+    (submissions / "overrun.ipynb").write_bytes(overrun(release, solutions))
+    (submissions / "empty.ipynb").write_bytes(b"")
+    run, rows = autograde(
+        submissions,
+        root / "report",
+        fresh_build / "build" / "grading-course",
+        jobs=3,
+        extra=["--no-sandbox", "--notebook-timeout", "60"],
+        # The kernels' connection files go there: their command lines name it.
+        env={"TMPDIR": str(scratch)},
+    )
+    return {"run": run, "rows": rows, "scratch": scratch}

@@ -8,7 +8,7 @@ import pytest
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME
 from grader.kit.report.grades import grade_columns
 from tests.conftest import autograde, read_nb
-from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS, with_scratch_cell
+from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +23,9 @@ def attacked(fresh_build, tmp_path_factory):
         submissions,
         report,
         fresh_build / "build" / "grading-course",
+        # Three at a time: the attack that ignores interrupts only sleeps until the notebook
+        # limit, and the other two slots keep both cores busy meanwhile.
+        jobs=3,
         extra=["--cell-timeout", "30", "--notebook-timeout", "120"],
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -98,31 +101,16 @@ def test_no_process_a_submission_started_outlives_its_grading(attacked):
     )
 
 
-def test_nothing_outlives_grading_without_the_sandbox_either(fresh_build, tmp_path):
+def test_nothing_outlives_grading_without_the_sandbox_either(unsandboxed_batch):
     # No PID namespace here: the kernel (jupyter_client starts it in a session of its own) and a
     # detached process both escape the kill of the grader's process group at the notebook limit.
-    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
-    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
-    submissions, scratch = tmp_path / "submissions", tmp_path / "tmp"
-    submissions.mkdir()
-    scratch.mkdir()
-    detach = next(a for a in ATTACKS if a.name == "background-process-left-running")
-    (submissions / "detached.ipynb").write_bytes(detach.make(release, solutions))
-    overrun = with_scratch_cell("import time\ntime.sleep(600)")  # past the notebook limit below
-    (submissions / "overrun.ipynb").write_bytes(overrun(release, solutions))
-    run, rows = autograde(
-        submissions,
-        tmp_path / "report",
-        fresh_build / "build" / "grading-course",
-        extra=["--no-sandbox", "--notebook-timeout", "15"],
-        env={
-            "TMPDIR": str(scratch)
-        },  # kernels' connection files go here: their command lines name it
-    )
+    run, rows = unsandboxed_batch["run"], unsandboxed_batch["rows"]
     assert run.returncode == 0, run.stderr[-3000:]
     assert rows["detached"]["status"] == "graded" and rows["overrun"]["status"] == "timeout"
     assert wait_for_no_process_with(f"sleep\0{ORPHAN_SLEEP_SECONDS}\0") == []
-    assert wait_for_no_process_with(str(scratch)) == [], "a kernel outlived its grader"
+    assert wait_for_no_process_with(str(unsandboxed_batch["scratch"])) == [], (
+        "a kernel outlived its grader"
+    )
 
 
 # What only the sandbox or its limits stop, graded again with every kernel started afresh in

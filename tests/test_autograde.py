@@ -2,6 +2,7 @@
 
 import html
 import re
+import shutil
 import subprocess
 import sys
 
@@ -172,17 +173,36 @@ def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch)
     assert "TODO 7" in page, "a failing cell must say which TODO is wrong"
 
 
-def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(fresh_build, tmp_path):
-
+@pytest.fixture(scope="module")
+def first_grading(fresh_build, tmp_path_factory):
+    """alice and 张三, both the reference solution, graded under a TMPDIR over 100 characters
+    long (test_a_long_tmpdir...), into the report test_regrading... grades alice again in."""
+    root = tmp_path_factory.mktemp("first-grading")
+    # A Unix socket's path holds 107 bytes, and the kernels' IPC sockets sit a few folders below
+    # the grader's temporary folder: with this TMPDIR every submission used to fail.
+    long_tmp = root / ("a-rather-deep-folder-" * 4)
+    long_tmp.mkdir()
     release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
     solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
-    course = fresh_build / "build" / "grading-course"
-    first, second, report = tmp_path / "first", tmp_path / "second", tmp_path / "report"
-    first.mkdir(), second.mkdir()
+    first = root / "first"
+    first.mkdir()
     nbformat.write(filled_submission(release, solutions), first / "alice.ipynb")
     nbformat.write(filled_submission(release, solutions), first / "张三.ipynb")
+    course = fresh_build / "build" / "grading-course"
+    run, rows = autograde(first, root / "report", course, env={"TMPDIR": str(long_tmp)})
+    return {"run": run, "rows": rows, "report": root / "report", "long_tmp": long_tmp}
+
+
+def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(
+    first_grading, fresh_build, tmp_path
+):
+    course = fresh_build / "build" / "grading-course"
+    report = tmp_path / "report"
+    shutil.copytree(first_grading["report"], report)
+    second = tmp_path / "second"
+    second.mkdir()
     (second / "alice.ipynb").write_text("")  # alice hands in an empty file the second time
-    _, rows = autograde(first, report, course)
+    rows = first_grading["rows"]
     assert rows["alice"]["status"] == "graded" and float(rows["alice"]["score"]) > 0
     assert rows["张三"]["status"] == "graded" and float(rows["张三"]["score"]) > 0
     run, rows = autograde(second, report, course)
@@ -213,30 +233,16 @@ def test_grades_are_the_same_whatever_the_parallelism(fresh_build, tmp_path):
     assert [line.split(",")[0] for line in csv_text[1].splitlines()[1:]] == ["a", "b", "c"]
 
 
-def test_a_long_tmpdir_does_not_break_the_kernels_sockets(fresh_build, tmp_path):
-    # A Unix socket's path holds 107 bytes, and the kernels' IPC sockets sit a few folders below
-    # the grader's temporary folder: with this TMPDIR every submission used to fail.
-    long_tmp = tmp_path / ("a-rather-deep-folder-" * 4)
-    long_tmp.mkdir()
-    assert len(str(long_tmp)) > 100
-    release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
-    solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
-    submissions = tmp_path / "submissions"
-    submissions.mkdir()
-    nbformat.write(filled_submission(release, solutions), submissions / "alice.ipynb")
-    course = fresh_build / "build" / "grading-course"
-    run, rows = autograde(submissions, tmp_path / "report", course, env={"TMPDIR": str(long_tmp)})
+def test_a_long_tmpdir_does_not_break_the_kernels_sockets(first_grading):
+    assert len(str(first_grading["long_tmp"])) > 100
+    run, rows = first_grading["run"], first_grading["rows"]
     assert run.returncode == 0, run.stderr[-3000:]
     assert rows["alice"]["status"] == "graded", rows["alice"]["reason"]
     assert rows["alice"]["score"] == rows["alice"]["max_score"]
 
 
-def test_grading_without_bubblewrap_says_so_loudly(fresh_build, tmp_path):
-    submissions = tmp_path / "submissions"
-    submissions.mkdir()
-    (submissions / "empty.ipynb").write_bytes(b"")
-    course = fresh_build / "build" / "grading-course"
-    run, rows = autograde(submissions, tmp_path / "report", course, extra=["--no-sandbox"])
+def test_grading_without_bubblewrap_says_so_loudly(unsandboxed_batch):
+    run, rows = unsandboxed_batch["run"], unsandboxed_batch["rows"]
     assert "WITHOUT a sandbox" in run.stderr and "sandbox: NONE" in run.stderr
     assert rows["empty"]["status"] == "empty_file"
 

@@ -24,7 +24,14 @@ from grader.kit.errors import BadOverrides
 from grader.kit.grading.outcome import Outcome
 from grader.kit.report import gradebook
 from grader.kit.report.grades import grade_columns, max_score_warning, read_overrides
-from tests.conftest import ALL_POINTS, ALL_TODOS, COUNTED_POINTS, autograde, read_nb
+from tests.conftest import (
+    ALL_POINTS,
+    ALL_TODOS,
+    COUNTED_POINTS,
+    autograde,
+    grade_in_process,
+    read_nb,
+)
 
 BOM = b"\xef\xbb\xbf"
 ROSTER = (
@@ -192,32 +199,42 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
         "student_id,column,value,note\nlisi,test_todo2_tail,4,人工复核\n",
         encoding="utf-8",
     )
-    run, rows = autograde(broken_only(tmp_path), report, batch["course"])
-    assert run.returncode == 0, run.stderr[-3000:]
+    _, rows = grade_in_process(broken_only(tmp_path), report, batch["course"])
     assert rows["张三"]["score"] == f"{COUNTED_POINTS:g}" and rows["张三"]["bonus"] == "3"
     assert rows["lisi"]["todo2"] == "12"
 
 
 @pytest.mark.parametrize(
-    "line, says",
+    "line, says, command_line",
     [
-        ("nobody,score,1,x", "no student 'nobody'"),
-        ("lisi,todo99,1,x", "'todo99' is not a column"),
-        ("lisi,score,ten,x", "'ten' is not a number"),
-        ("lisi,score,9999,x", "value 9999 is outside 0.."),
+        ("nobody,score,1,x", "no student 'nobody'", True),
+        ("lisi,todo99,1,x", "'todo99' is not a column", False),
+        ("lisi,score,ten,x", "'ten' is not a number", False),
+        ("lisi,score,9999,x", "value 9999 is outside 0..", False),
     ],
     ids=["unknown-student", "unknown-column", "not-a-number", "above-the-maximum"],
 )
-def test_a_bad_overrides_line_stops_before_grading_and_names_the_line(batch, tmp_path, line, says):
+def test_a_bad_overrides_line_stops_before_grading_and_names_the_line(
+    batch, tmp_path, line, says, command_line
+):
+    # One line through the command line (its message, its exit status); the others straight
+    # through grade_all, which reads overrides.csv before it grades anyone.
     report = copy_report(batch, tmp_path)
     before = (report / "grades.csv").read_bytes()
     (report / "overrides.csv").write_text(
         f"student_id,column,value,note\nlisi,score,100,ok\n{line}\n", encoding="utf-8"
     )
-    run, _ = autograde(one_submission(batch, tmp_path, "lisi"), report, batch["course"])
-    assert run.returncode != 0
-    assert "overrides.csv, line 3" in run.stderr and says in run.stderr, run.stderr[-2000:]
-    assert "/1]" not in run.stderr, "no submission was graded"
+    submissions = one_submission(batch, tmp_path, "lisi")
+    if command_line:
+        run, _ = autograde(submissions, report, batch["course"])
+        assert run.returncode != 0
+        said = run.stderr
+    else:
+        with pytest.raises(BadOverrides) as stopped:
+            grade_in_process(submissions, report, batch["course"])
+        said = str(stopped.value)
+    assert "overrides.csv, line 3" in said and says in said, said[-2000:]
+    assert "/1]" not in said, "no submission was graded"
     assert (report / "grades.csv").read_bytes() == before, "nothing graded is lost"
 
 
@@ -234,9 +251,8 @@ def test_rows_graded_under_different_maximums_warn_on_stderr_and_in_the_summary(
     rows = json.loads(as_graded.read_text(encoding="utf-8"))
     rows["张三"]["max_score"] = "170"  # graded before the points in the source changed
     as_graded.write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
-    run, _ = autograde(broken_only(tmp_path), report, batch["course"])
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "different maximum scores" in run.stderr and "max_score 170: 1 rows (张三)" in run.stderr
+    said, _ = grade_in_process(broken_only(tmp_path), report, batch["course"])
+    assert "different maximum scores" in said and "max_score 170: 1 rows (张三)" in said
     summary = (report / "summary.html").read_text(encoding="utf-8")
     assert "different maximum scores" in summary and 'class="warning"' in summary
     assert max_score_warning([{"student_id": "a", "max_score": "130"}]) == ""
