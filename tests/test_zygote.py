@@ -317,9 +317,7 @@ def unique_sleep() -> int:
 def survivors(text: str, seconds: float = 20) -> list[str]:
     """Processes whose command line holds `text` once none are left or `seconds` have passed
     (SIGKILL is asynchronous), each with its state and parent, to say where it hangs."""
-    deadline = time.monotonic() + seconds
-    while processes_with(text) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not processes_with(text), seconds)
     found = []
     for pid in processes_with(text):
         try:
@@ -337,10 +335,15 @@ def once_running(text: str, seconds: float = 30) -> list[int]:
 
     The cell that starts the process has returned, yet with both cores busy the process was once
     not found right after (CI run of 2026-12-02): wait for the condition, never read it once."""
-    deadline = time.monotonic() + seconds
-    while not processes_with(text) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: processes_with(text), seconds)
     return processes_with(text)
+
+
+def wait_until(condition, seconds: float) -> None:
+    """Return once `condition()` is true or `seconds` have passed; the caller judges."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def processes_with(text: str) -> list[int]:
