@@ -90,7 +90,7 @@ def failures(namespace, last_todo=None):
 
     With `last_todo`, only the checks of TODOs up to it (the namespace holds no later code).
     """
-    checks = {filename: load_checks(filename) for _, filename, _ in CHECKED}
+    checks = {filename: load_checks(filename) for filename in {f for _, f, _ in CHECKED}}
     failed = {}
     for grade_id, filename, name in CHECKED:
         if last_todo and todo_number(grade_id) > last_todo:
@@ -164,15 +164,15 @@ def test_the_code_each_grade_cell_runs_defines_every_name_it_uses():
     ruff = Path(sys.executable).with_name("ruff")
     if not ruff.exists():
         pytest.skip(f"no ruff next to {sys.executable}")
-    for filename in sorted({filename for _, filename, _ in CHECKED}):
+    for _, filename, name in CHECKED:
         run = subprocess.run(
             [str(ruff), "check", "--select", "F", "--ignore", "F811", "--output-format", "concise"]
-            + ["--stdin-filename", f"joined_{filename}", "-"],
-            input=checkcells.check_code(filename),
+            + ["--stdin-filename", f"{name}.py", "-"],
+            input=checkcells.check_code(filename, name),
             capture_output=True,
             text=True,
         )
-        assert run.returncode == 0, f"{filename} as its grade cells run it: {run.stdout}"
+        assert run.returncode == 0, f"{filename}::{name} as its grade cell runs it: {run.stdout}"
 
 
 def repeated_runs(texts: dict, run: int = 6) -> list:
@@ -269,6 +269,71 @@ def test_a_malformed_declaration_is_a_source_error(checks_dir, old, new, says):
     with pytest.raises(SourceError, match=says):
         checkcells.declarations("todo3.py")
         checkcells.check_code("todo3.py")
+
+
+PRUNED = """import random
+import torch
+
+TOTAL_POINTS = {3: 5}
+UNDER_TEST = "f"
+
+
+# the oracle the first check compares with
+def _oracle(x):
+    return _double(x)
+
+
+def _double(x):
+    return 2 * x
+
+
+def _unrelated():
+    return torch.zeros(1)
+
+
+_registry = []
+_registry.append(_oracle)
+
+
+@check(points=2, title="甲", says="第一项")
+def check_todo3_first(ns):
+    assert ns["f"](random.random()) == _oracle(1)
+
+
+@check(points=3, title="乙", says="第二项")
+def check_todo3_second(ns):
+    assert _unrelated() is not None
+"""
+
+
+def test_a_grade_cell_carries_only_the_helpers_its_check_reaches(checks_dir):
+    (checks_dir / "todo3.py").write_text(PRUNED)
+    first = checkcells.check_code("todo3.py", "check_todo3_first")
+    for needed in ("import random", "def _oracle", "# the oracle", "def _double", "def check("):
+        assert needed in first
+    # what only the other check uses stays out; a statement that binds nothing stays in
+    assert "import torch" not in first and "def _unrelated" not in first
+    assert "_registry.append(_oracle)" in first and "_registry = []" in first
+    assert "def check_todo3_second" not in first
+    second = checkcells.check_code("todo3.py", "check_todo3_second")
+    assert "import torch" in second and "import random" not in second
+    # a statement that binds nothing runs in every cell, and so does what it reads
+    assert "_registry.append(_oracle)" in second and "def _double" in second
+    assert set(load_checks("todo3.py")) == {"check_todo3_first", "check_todo3_second"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "says"),
+    [
+        ("return 2 * x", "return _tripled(x)", "reads _tripled, which nothing defines"),
+        ("def check_todo3_second", "def check_todo3_third", "names todo3.py::check_todo3_second"),
+    ],
+)
+def test_a_check_whose_code_cannot_run_alone_is_a_source_error(checks_dir, old, new, says):
+    (checks_dir / "todo3.py").write_text(PRUNED.replace(old, new, 1))
+    with pytest.raises(SourceError, match=says):
+        checkcells.check_code("todo3.py", "check_todo3_first")
+        checkcells.check_code("todo3.py", "check_todo3_second")
 
 
 def test_no_function_of_the_source_or_its_checks_runs_past_80_lines():

@@ -17,7 +17,10 @@ string. Declarations are read with `ast`, never run; a malformed one is a `Sourc
 from __future__ import annotations
 
 import ast
+import builtins
+import functools
 import re
+import symtable
 from dataclasses import dataclass
 
 import nbformat
@@ -144,9 +147,10 @@ def total_points(filename: str, tree: ast.Module | None = None) -> dict[int, int
     raise SourceError(f"{filename}: no TOTAL_POINTS = {{TODO: points}} (each TODO's total)")
 
 
-def check_code(filename: str) -> str:
-    """The code a grade cell runs for a check of `filename`: the common helpers, the part's
-    helpers (`_<part key>.py`, where the part has one) and the file itself, in that order."""
+def check_code(filename: str, name: str | None = None) -> str:
+    """The code a grade cell runs for check `name` of `filename`: of the common helpers, the
+    part's helpers (`_<part key>.py`, where the part has one) and the file itself, joined in that
+    order, the statements `name` needs (`needed_code`). Without `name`, all of them."""
     pieces = [COMMON, *part_helpers(filename), filename]
     texts = []
     for piece in pieces:
@@ -154,7 +158,110 @@ def check_code(filename: str) -> str:
         if _TRIPLE in text or text.endswith("\\"):
             raise SourceError(f"{piece} cannot be inlined: it holds {_TRIPLE} or ends in \\")
         texts.append(text)
-    return "\n\n\n".join(texts)
+    joined = "\n\n\n".join(texts)
+    return joined if name is None else needed_code(joined, name, where=filename)
+
+
+@functools.lru_cache(maxsize=256)  # keyed by the text: the build asks once a cell, tests often
+def needed_code(code: str, name: str, where: str = "<checks>") -> str:
+    """The top-level statements of `code` that defining `name` needs, in their order, each with
+    the comment lines right above it.
+
+    A grade cell runs one check, and the helpers of a whole part are most of its text (a part's
+    file is 25 kB): the kernel parses and nbgrader stores, copies and hashes every byte of it, in
+    each of 70 cells of each submission. Kept: every statement that binds `name`, or binds a
+    name a kept statement reads, and every statement that binds nothing (it may act), bare
+    strings (docstrings) excepted. A `SourceError` names a global that the kept code reads and
+    nothing defines, so a check cannot meet a NameError while grading.
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as error:
+        raise SourceError(f"{where}:{error.lineno}: {error.msg}") from None
+    statements = [s for s in tree.body if not _is_bare_string(s)]
+    binds = [_bound_names(s) for s in statements]
+    reads = [_read_names(s) for s in statements]
+    needed, kept = {name}, set()
+    grew = True
+    while grew:
+        grew = False
+        for i in range(len(statements)):
+            if i not in kept and (not binds[i] or binds[i] & needed):
+                kept.add(i)
+                needed |= reads[i]
+                grew = True
+    if not any(name in binds[i] for i in kept):
+        raise SourceError(f"a grade cell names {where}::{name}, which it does not define")
+    lines = code.splitlines()
+    blocks, last_end = [], 0
+    for i in sorted(kept):
+        first, end = _first_line(statements[i], lines), statements[i].end_lineno
+        if first <= last_end:
+            raise SourceError(f"{where}:{first}: one top-level statement a line, please")
+        blocks.append("\n".join(lines[first - 1 : end]))
+        last_end = end
+    text = "\n\n\n".join(blocks)
+    _defines_what_it_reads(text, where, name)
+    return text
+
+
+def _is_bare_string(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
+
+
+def _bound_names(statement: ast.stmt) -> set[str]:
+    """The module-level names `statement` binds (over-approximated: a local bound inside a
+    top-level `for` or `with` counts too; harmless, it only keeps more)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        declared = {
+            n for node in ast.walk(statement) if isinstance(node, ast.Global) for n in node.names
+        }
+        return {statement.name} | declared
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in statement.names}
+    return {
+        node.id
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))
+    }
+
+
+def _read_names(statement: ast.stmt) -> set[str]:
+    """Every name `statement` reads anywhere inside it (locals too: harmless, as above)."""
+    return {
+        node.id
+        for node in ast.walk(statement)
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)
+    }
+
+
+def _first_line(statement: ast.stmt, lines: list[str]) -> int:
+    """Where `statement` starts, its decorators and the comment lines right above it included."""
+    first = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", [])])
+    while first > 1 and lines[first - 2].lstrip().startswith("#"):
+        first -= 1
+    return first
+
+
+def _defines_what_it_reads(code: str, where: str, name: str) -> None:
+    """A `SourceError` naming each global that `code` reads and neither binds nor is a builtin."""
+    table = symtable.symtable(code, where, "exec")
+    defined = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
+    defined |= set(dir(builtins)) | {"__name__"}
+    missing, scopes = set(), [table]
+    while scopes:
+        scope = scopes.pop()
+        scopes += scope.get_children()
+        for symbol in scope.get_symbols():
+            global_read = symbol.is_referenced() and (
+                symbol.is_global() or scope.get_type() == "module"
+            )
+            if global_read and symbol.get_name() not in defined:
+                missing.add(symbol.get_name())
+    if missing:
+        raise SourceError(
+            f"{where}: {name}'s code reads {', '.join(sorted(missing))}, which nothing defines"
+        )
 
 
 def part_helpers(filename: str) -> list[str]:

@@ -206,29 +206,34 @@ def check_file_text(filename: str) -> str:
 
 
 def load_checks(filename: str) -> dict:
-    """Run a check file's code as a grade cell does; return its namespace (the `check_*` functions)."""
-    from .checkcells import check_code
+    """Each check of a check file, built as its grade cell builds it (its own code, its own
+    scope): {check name: function taking the notebook's namespace}."""
+    from .checkcells import check_code, declarations
 
-    scope: dict = {"__name__": "hidden_check"}
-    exec(compile(check_code(filename), HIDDEN_CHECK_FILENAME, "exec"), scope)
-    return scope
+    checks = {}
+    for declared in declarations(filename):
+        scope: dict = {"__name__": "hidden_check"}
+        code = check_code(filename, declared.name)
+        exec(compile(code, HIDDEN_CHECK_FILENAME, "exec"), scope)
+        checks[declared.name] = scope[declared.name]
+    return checks
 
 
 def inline_checks(text: str) -> str:
     """A grade cell with each `#| check: FILE::NAME` line replaced by the check's code and a call.
 
-    The code (`checkcells.check_code`: the common helpers, the part's and the file) runs in a
-    scope of its own (a learner's cell cannot replace one of its helpers), compiled under a name
-    no traceback can quote lines from; the check gets the notebook's namespace. A raw
-    triple-quoted string keeps the code readable in formgrader.
+    The code (`checkcells.check_code`: what the check needs of the common helpers, the part's
+    and the file) runs in a scope of its own (a learner's cell cannot replace one of its
+    helpers), compiled under a name no traceback can quote lines from; the check gets the
+    notebook's namespace. A raw triple-quoted string keeps the code readable in formgrader.
     """
     from .checkcells import check_code
 
     def inline(match: re.Match) -> str:
         filename, name = match.groups()
-        code = check_code(filename)
+        code = check_code(filename, name)
         if not re.search(rf"^def {name}\(ns\)", code, re.MULTILINE):
-            raise SourceError(f"a grade cell names {filename}::{name}, which it does not define")
+            raise SourceError(f"{filename}: {name} is not a check, def {name}(ns)")
         return "\n".join(
             (
                 f"_hidden_code = r{_TRIPLE}",
