@@ -38,10 +38,10 @@ import nbformat
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from grader.kit.authoring.build import GRADING_COURSE, execute, kernel_tempdir  # noqa: E402
+from grader.kit.authoring.build import GRADING_COURSE, execute  # noqa: E402
 from grader.kit.authoring.examples import filled_submission  # noqa: E402
 from grader.kit.authoring.nbsource import ASSIGNMENT, NOTEBOOK_NAME  # noqa: E402
-from grader.kit.sandbox.kernel_setup import KERNEL_IPYTHON_CONFIG  # noqa: E402
+from grader.kit.sandbox.kernel_setup import KERNEL_IPYTHON_CONFIG, kernel_tempdir  # noqa: E402
 from tests.fixtures.mistakes_core import MISTAKES  # noqa: E402
 
 # The kit grades a class at least this many times faster than plain sequential nbgrader.

@@ -203,19 +203,44 @@ def grade_in_process(submissions_dir, report_dir, course):
     return progress.getvalue(), grades_csv_rows(report_dir)
 
 
+def todos_of_edit(solutions):
+    """`todos(old)`: the TODOs whose reference code (in `solutions`) holds the text `old`: the
+    one its cell is named for, else the last one mentioned above it, else (code shared by the
+    cell's TODOs, ahead of them) every TODO its cell mentions."""
+    cells = [cell for cell in solutions.cells if nbgrader_meta(cell).get("solution")]
+
+    def todos(old: str) -> set[int]:
+        cell = next(cell for cell in cells if old in cell.source)
+        named = re.match(r"todo(\d+)_", nbgrader_meta(cell)["grade_id"])
+        if named:
+            return {int(named.group(1))}
+        above = re.findall(r"TODO (\d+)", cell.source[: cell.source.index(old) + len(old)])
+        return {int(above[-1])} if above else {int(n) for n in re.findall(r"TODO (\d+)", cell.source)}
+
+    return todos
+
+
+def mistake_packs(release, solutions):
+    """Every catalogued mistake, packed for the real batch (`tests/fixtures/packing.py`)."""
+    from tests.fixtures.packing import pack_mistakes
+
+    return pack_mistakes(all_mistakes(), release, solutions, todos_of_edit(solutions))
+
+
 @pytest.fixture(scope="session")
 def graded_batch(fresh_build, tmp_path_factory):
     """Graded in one batch: the reference solution, the untouched release, every catalogued
-    mistake, and the reference with each TODO in turn left unfinished (`unfinished-todo<N>`)."""
+    mistake in a few packs (`pack-<n>`, `tests/fixtures/packing.py`), and the reference with
+    each TODO in turn left unfinished (`unfinished-todo<N>`)."""
     release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
     solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
     submissions = tmp_path_factory.mktemp("submissions")
     nbformat.write(filled_submission(release, solutions), submissions / "reference-solution.ipynb")
     nbformat.write(release, submissions / "untouched-release.ipynb")
-    for mistake in all_mistakes():
+    packs = mistake_packs(release, solutions)
+    for pack in packs:
         nbformat.write(
-            filled_submission(release, solutions, mistake.edits),
-            submissions / f"{mistake.name}.ipynb",
+            filled_submission(release, solutions, pack.edits), submissions / f"{pack.name}.ipynb"
         )
     for todo in ALL_TODOS:
         nbformat.write(
@@ -225,7 +250,8 @@ def graded_batch(fresh_build, tmp_path_factory):
     report = tmp_path_factory.mktemp("report")
     run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course")
     assert run.returncode == 0, run.stderr[-3000:]
-    return {"run": run, "rows": rows, "report": report, "release": release}
+    pack_of = {m.name: pack for pack in packs for m in pack.mistakes}
+    return {"run": run, "rows": rows, "report": report, "release": release, "pack_of": pack_of}
 
 
 @pytest.fixture(scope="session")

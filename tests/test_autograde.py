@@ -85,35 +85,54 @@ def test_catalogue_has_at_least_15_core_mistakes():
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
 def test_mistake_loses_points_exactly_on_the_checks_it_breaks(graded_batch, mistake):
-    row = graded_batch["rows"][mistake.name]
+    """Graded in its pack (`tests/fixtures/packing.py`): the pack loses exactly the union of its
+    mistakes' checks, so this mistake loses its own and leaks into no other cell."""
+    pack = graded_batch["pack_of"][mistake.name]
+    row = graded_batch["rows"][pack.name]
     assert row["status"] == "graded"
     points = grade_ids(graded_batch)
     lost = {g for g, p in points.items() if float(row[g]) < p}
-    assert lost == set(mistake.loses), f"lost {sorted(lost)}, expected {sorted(mistake.loses)}"
-    if not mistake.loses:  # a correct answer written another way
+    assert set(mistake.loses) <= lost, f"lost {sorted(lost)}, expected {sorted(mistake.loses)}"
+    others = [m.name for m in pack.mistakes if m is not mistake]
+    assert lost == pack.loses, (
+        f"{pack.name} ({mistake.name} with {others}) lost {sorted(lost)}, "
+        f"expected {sorted(pack.loses)}"
+    )
+    if not pack.loses:  # correct answers written another way
         assert float(row["score"]) == float(row["max_score"])
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
 def test_first_failure_message_names_the_cause(graded_batch, mistake):
+    """The first of this mistake's failing cells, on its pack's page, names the cause."""
     if mistake.loses and not mistake.cause:
         pytest.skip("no cause words catalogued for this mistake yet")
-    graded = [(g, text) for g, text in feedback_failures(graded_batch, mistake.name) if g]
+    pack = graded_batch["pack_of"][mistake.name]
+    graded = [(g, text) for g, text in feedback_failures(graded_batch, pack.name) if g]
+    mine = [(g, text) for g, text in graded if g in mistake.loses]
     if not mistake.loses:
-        assert graded == []
+        assert {g for g, _ in graded} <= pack.loses
         return
-    first_id, first = graded[0]
-    assert first_id in mistake.loses, f"the first failing cell is {first_id}"
+    first_id, first = mine[0]
+    assert first_id == next(g for g in grade_ids(graded_batch) if g in mistake.loses), first_id
     for word in mistake.cause:
         assert word in first, f"the first message lacks {word!r}: {first}"
 
 
 @pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
 def test_visible_checks_catch_the_mistakes_they_are_meant_to(graded_batch, mistake):
+    """A pack's mistakes agree on `visible`: none of them trips a visible cell, or the pack does."""
     if mistake.loses and not mistake.cause:
         pytest.skip("catalogue entry not yet reviewed for its visible checks")
-    caught = visible_cell_failed(graded_batch, mistake.name)
+    pack = graded_batch["pack_of"][mistake.name]
+    caught = visible_cell_failed(graded_batch, pack.name)
     assert caught == mistake.visible, f"the visible cell {'failed' if caught else 'passed'}"
+
+
+def test_the_real_batch_grades_every_mistake_in_fewer_notebooks(graded_batch):
+    packs = set(graded_batch["pack_of"].values())
+    assert sorted(m.name for p in packs for m in p.mistakes) == sorted(m.name for m in MISTAKES)
+    assert len(packs) * 3 < len(MISTAKES)
 
 
 def test_visible_checks_pass_on_the_reference_and_ask_for_the_todos_on_the_release(graded_batch):
@@ -156,7 +175,8 @@ def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
     parts_end = 6 + len(PARTS)
     assert header[6:parts_end] == [part.key for part in PARTS]
     assert header[parts_end:-2] == todos + cells and header[-2:] == ["reason", "repairs"]
-    assert len(graded_batch["rows"]) == len(MISTAKES) + 2 + len(ALL_TODOS)
+    packs = set(graded_batch["pack_of"].values())
+    assert len(graded_batch["rows"]) == len(packs) + 2 + len(ALL_TODOS)
 
 
 def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch):
@@ -167,9 +187,8 @@ def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch)
         secrets = ("_hidden_todo", "HIDDEN TESTS", "rng = random.Random(34", "class Probe")
         for secret in secrets + ("_hidden_code", "_hidden_scope", "def _oracle_methods"):
             assert secret not in page, f"{student_id}'s feedback shows {secret!r}"
-    page = (graded_batch["report"] / "feedback" / "stats-integer-division.html").read_text(
-        encoding="utf-8"
-    )
+    pack = graded_batch["pack_of"]["stats-integer-division"]
+    page = (graded_batch["report"] / "feedback" / f"{pack.name}.html").read_text(encoding="utf-8")
     assert "TODO 7" in page, "a failing cell must say which TODO is wrong"
 
 

@@ -345,3 +345,30 @@ def test_no_function_of_the_source_or_its_checks_runs_past_80_lines():
                 if node.end_lineno - first + 1 > 80:
                     long.append(f"{path.name}:{node.lineno} {node.name}")
     assert long == [], f"split these: {long}"
+
+
+def test_mistakes_share_a_real_batch_notebook_only_when_the_grader_can_tell_them_apart():
+    """The packs `test_autograde.py` grades for real (`tests/fixtures/packing.py`): every
+    mistake in exactly one; within one, no two touch the same TODO, all agree on `visible`, and
+    their edits apply together. A mistake that touches a TODO of another's is never packed
+    with it, so a leak between them shows as a wrong union."""
+    import nbformat
+
+    from grader.kit.authoring.examples import filled_submission
+    from grader.kit.paths import NOTEBOOK_NAME
+    from tests.conftest import REPO_ROOT, mistake_packs, todos_of_edit
+    from tests.fixtures.packing import todos_of
+
+    release = nbformat.read(REPO_ROOT / "notebooks" / NOTEBOOK_NAME, as_version=4)
+    solutions = nbformat.read(REPO_ROOT / "solutions" / NOTEBOOK_NAME, as_version=4)
+    packs, todos = mistake_packs(release, solutions), todos_of_edit(solutions)
+    names = [m.name for pack in packs for m in pack.mistakes]
+    assert sorted(names) == sorted(m.name for m in all_mistakes())
+    for pack in packs:
+        assert len({m.visible for m in pack.mistakes}) == 1, pack.name
+        touched = [todos_of(m, todos) for m in pack.mistakes]
+        assert sum(map(len, touched)) == len(set().union(*touched)), pack.name
+        filled_submission(release, solutions, pack.edits)  # raises if they do not apply together
+    # The core cell holds TODOs 1-8: an edit in one of its methods is that method's TODO.
+    assert todos("normalized = list(tokens)") == {1}
+    assert todos("chunks = [tuple(") == {2}

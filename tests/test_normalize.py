@@ -701,3 +701,25 @@ def test_real_notebook_stripped_of_all_metadata_is_reattached():
         f"removed Colab metadata from {len(release.cells)} cells",
         f"re-attached {len(graded)} cells whose nbgrader metadata was lost: {', '.join(graded)}",
     ]
+
+
+def test_the_scores_shortcut_never_changes_which_cells_match():
+    """`_score(cell, ref, floor)` skips the line diff when its bounds say it cannot matter: for
+    every pair of real cells (the release, the reference, a Colab copy of each), the pairs at or
+    above the threshold and their scores are those of the full computation."""
+    from grader.kit.intake.normalize import _THRESHOLD, _Cell, _Ref, _score
+
+    release = nbformat.read(REAL_NOTEBOOK, as_version=4)
+    solutions = nbformat.read(REAL_SOLUTIONS, as_version=4)
+    refs = [_Ref.of(j, cell) for j, cell in enumerate(release.cells)]
+    sources = [c.source for c in release.cells + solutions.cells]
+    sources += [s.replace("    ", "  ") for s in sources[::3]]  # re-indented copies
+    cells = [_Cell(i, "code", source) for i, source in enumerate(sources)]
+    checked = 0
+    for cell in cells:
+        for ref in refs:
+            full, quick = _score(cell, ref), _score(cell, ref, _THRESHOLD)
+            assert (quick >= _THRESHOLD) == (full >= _THRESHOLD), (cell.index, ref.index)
+            assert quick <= full and (full < _THRESHOLD or quick == full), (cell.index, ref.index)
+            checked += full >= _THRESHOLD
+    assert checked > len(refs)  # the pairs that match were among those compared

@@ -18,11 +18,15 @@ import pytest
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from grader.kit.authoring.build import kernel_tempdir
 from grader.kit.authoring.nbsource import REPO_ROOT
 from grader.kit.grading.limits import Limits
 from grader.kit.sandbox import cgroups
-from grader.kit.sandbox.kernel_setup import KERNEL_NAME, kernel_settings, prepare_kernel
+from grader.kit.sandbox.kernel_setup import (
+    KERNEL_NAME,
+    kernel_settings,
+    kernel_tempdir,
+    prepare_kernel,
+)
 from grader.kit.sandbox.zygote_client import Zygote
 
 
@@ -361,6 +365,7 @@ def test_zygote_gone_means_its_kernels_are_gone(workdirs):
     seconds = unique_sleep()
     zygote = Zygote(threads=1)
     try:
+        assert zygote.serving, zygote.problem  # it has started: its kernels can be asked for
         started = Kernel(workdirs / "0000", zygote)
         said = started.run(
             f"import subprocess\nsubprocess.Popen(['sleep', '{seconds}'], start_new_session=True)"

@@ -49,29 +49,35 @@ import tempfile
 from pathlib import Path
 
 from .errors import GraderFault, KitError, exit_with
-from .grading.batch import BatchSettings, grade_all
 from .grading.limits import Limits
-from .grading.pool import kernel_threads
-from .grading.preflight import write_reference
-from .intake.inventory import discover
 from .paths import GRADES, GRADING_COURSE, INTAKE, REPO_ROOT
-from .report import grades
-from .report.writer import stale_ids
 from .sandbox import cgroups
+from .sandbox.kernel_setup import kernel_threads
 from .sandbox.probes import kernel_start_problem, sandbox_available
 from .sandbox.zygote_client import Zygote
+
+# The intake, the batch and the report import nbgrader and its kin: about 2 s, which `main`
+# spends after it has started the zygote, whose own imports (torch, ipykernel: about 3.5 s) then
+# run on the other core. Those modules are therefore imported in the functions that use them.
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
+    sandbox = not args.intake_only and not args.no_sandbox and sandbox_available()
+    zygote = Zygote(kernel_threads(max(1, args.jobs))) if sandbox and not args.no_zygote else None
     try:
+        from .intake.inventory import discover  # once the zygote has started: see the imports
+
         with discover(args.submissions, roster=args.roster, pattern=args.name_pattern) as intake:
             if args.intake_only:
                 return intake_only(intake, args)
-            return grade_intake(intake, args, limits)
+            return grade_intake(intake, args, limits, sandbox, zygote)
     except KitError as error:
         return exit_with(error)
+    finally:
+        if zygote is not None:
+            zygote.stop()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -149,8 +155,14 @@ def intake_only(intake, args) -> int:
     return 0
 
 
-def grade_intake(intake, args, limits: Limits) -> int:
-    """Grade what `discover` found; print the table and the "not graded" list."""
+def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | None) -> int:
+    """Grade what `discover` found; print the table and the "not graded" list.
+
+    `sandbox` says whether bubblewrap works here (and was not refused); `zygote` is the
+    batch's, started and perhaps not yet serving, or None.
+    """
+    from .grading.batch import BatchSettings  # see the imports
+
     print(intake.table(), file=sys.stderr)
     if intake.skipped:
         print(intake.not_graded(), file=sys.stderr)
@@ -161,7 +173,6 @@ def grade_intake(intake, args, limits: Limits) -> int:
         what = "could be tied to a known student" if intake.unknown() else "is a notebook"
         print(f"error: no file in {args.submissions} {what}", file=sys.stderr)
         return 2
-    sandbox = not args.no_sandbox and sandbox_available()
     if not sandbox:
         print(
             "WARNING: grading WITHOUT a sandbox: student code runs with your permissions"
@@ -172,31 +183,33 @@ def grade_intake(intake, args, limits: Limits) -> int:
             ),
             file=sys.stderr,
         )
+    problem = kernel_start_problem(limits, sandbox)  # while the zygote imports
+    if problem:
+        raise GraderFault(
+            f"{problem}. Nobody was graded. Check that this Python's packages live "
+            "inside its own installation (not on PYTHONPATH or a symlink the sandbox does not "
+            "show), or run with --no-sandbox to see whether the sandbox is the cause."
+        )
     cgroup_bases = cgroups.available()
     caps = cgroups.describe(cgroup_bases, pids=limits.processes, memory_bytes=limits.memory_bytes)
-    zygote = Zygote(kernel_threads(max(1, args.jobs))) if sandbox and not args.no_zygote else None
-    try:
-        print(
-            f"grading {len(intake.submissions)} submissions ({len(intake.skipped)} other files "
-            f"not graded), {args.jobs} at a time, sandbox: {sandbox_kind(sandbox, zygote)}, "
-            f"cgroup limits: {caps}",
-            file=sys.stderr,
-        )
-        serving = zygote if zygote is not None and zygote.serving else None
-        settings = BatchSettings(
-            course=args.course,
-            jobs=max(1, args.jobs),
-            limits=limits,
-            sandbox=sandbox,
-            cgroup_bases=cgroup_bases,
-            zygote=serving,
-            sandbox_kind=sandbox_kind(sandbox, serving),
-            stop_on_fault=not args.keep_going,
-        )
-        return grade_sandboxed(intake, args, settings)
-    finally:
-        if zygote is not None:
-            zygote.stop()
+    print(
+        f"grading {len(intake.submissions)} submissions ({len(intake.skipped)} other files "
+        f"not graded), {args.jobs} at a time, sandbox: {sandbox_kind(sandbox, zygote)}, "
+        f"cgroup limits: {caps}",
+        file=sys.stderr,
+    )
+    serving = zygote if zygote is not None and zygote.serving else None
+    settings = BatchSettings(
+        course=args.course,
+        jobs=max(1, args.jobs),
+        limits=limits,
+        sandbox=sandbox,
+        cgroup_bases=cgroup_bases,
+        zygote=serving,
+        sandbox_kind=sandbox_kind(sandbox, serving),
+        stop_on_fault=not args.keep_going,
+    )
+    return grade_sandboxed(intake, args, settings)
 
 
 def sandbox_kind(sandbox: bool, zygote: Zygote | None) -> str:
@@ -210,15 +223,13 @@ def sandbox_kind(sandbox: bool, zygote: Zygote | None) -> str:
     return "bubblewrap (each kernel started afresh)"
 
 
-def grade_sandboxed(intake, args, settings: BatchSettings) -> int:
-    """The rest of `grade_intake`, once the sandbox is chosen and announced."""
-    problem = kernel_start_problem(settings.limits, settings.sandbox)
-    if problem:
-        raise GraderFault(
-            f"{problem}. Nobody was graded. Check that this Python's packages live "
-            "inside its own installation (not on PYTHONPATH or a symlink the sandbox does not "
-            "show), or run with --no-sandbox to see whether the sandbox is the cause."
-        )
+def grade_sandboxed(intake, args, settings) -> int:
+    """The rest of `grade_intake`, once the sandbox is chosen, tried and announced."""
+    from .grading.batch import grade_all  # see the imports
+    from .grading.preflight import write_reference
+    from .report import grades
+    from .report.writer import stale_ids
+
     stale = stale_ids(intake, args.report)
     if stale:
         print(

@@ -17,7 +17,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from traitlets.config import Config
 from .. import paths
 from ..errors import BuildError, run_command
 from ..paths import ASSIGNMENT, GRADING_COURSE, REPO_ROOT, STUDENT_RELEASE
+from ..sandbox.kernel_setup import kernel_tempdir
 from .nbsource import (
     colab_texts,
     github_repo,
@@ -54,7 +54,6 @@ NOTEBOOK_METADATA = {
     "language_info": {"name": "python"},
 }
 EXECUTE_TIMEOUT_S = 300
-MAX_SOCKET_PATH = 107  # bytes in a Unix socket address (sun_path), less its closing NUL
 
 
 def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat.NotebookNode:
@@ -151,26 +150,6 @@ def execute(nb, workdir: Path, *, kernel_name: str = "python3", allow_errors: bo
         resources={"metadata": {"path": str(workdir)}},
         config=config,
     ).execute()
-
-
-def kernel_tempdir(prefix: str, *, below: str = "/kernel-99999") -> Path:
-    """A new temporary folder short enough for the kernel IPC sockets that go `below` it.
-
-    The default is where `execute(nb, folder)` puts them: `folder/kernel-<n>`.
-
-    A Unix socket's path holds at most 107 bytes, and `execute` puts kernel sockets in a working
-    folder: a long TMPDIR (a macOS one, a deep CI folder) would break every kernel. Such a
-    TMPDIR is passed over for /tmp. The caller removes the folder.
-    """
-    for parent in (None, "/tmp"):
-        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-        if len(os.fsencode(folder)) + len(below) <= MAX_SOCKET_PATH:
-            return folder
-        folder.rmdir()
-    raise BuildError(
-        f"no temporary folder short enough for kernel sockets ({len(below)} bytes must fit below "
-        f"it in {MAX_SOCKET_PATH}): set TMPDIR to a short folder"
-    )
 
 
 def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbformat.NotebookNode:

@@ -10,15 +10,14 @@ still running is killed and the working copies' folder is removed.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import shutil
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait as wait_for_exit
 from pathlib import Path
 
-from ..authoring.build import kernel_tempdir
 from ..sandbox import cgroups, reaper
+from ..sandbox.kernel_setup import kernel_tempdir, kernel_threads
 from .child import grade_in_child
 from .limits import Limits
 
@@ -131,8 +130,3 @@ class GraderPool:
             cgroups.remove(running.groups)
             seconds = time.monotonic() - running.began
             yield Ended(running.index, running.workdir, proc.exitcode, overdue, seconds)
-
-
-def kernel_threads(jobs: int) -> int:
-    """BLAS/torch threads a kernel gets: the cores shared among the jobs, no oversubscription."""
-    return max(1, (os.cpu_count() or 1) // jobs)

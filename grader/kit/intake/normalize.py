@@ -15,6 +15,7 @@ import ast
 import bisect
 import copy
 import difflib
+import functools
 import json
 import re
 from collections import Counter
@@ -76,8 +77,8 @@ class _Cell:
     cell_id: str | None = None  # valid and first of its kind, or None
     tags: list[str] = field(default_factory=list)
     attachments: dict | None = None
-    names: set[str] = field(init=False)  # see _features
-    lines: list[str] = field(init=False)
+    names: frozenset[str] = field(init=False)  # see _features
+    lines: tuple[str, ...] = field(init=False)
     head: str = field(init=False)
 
     def __post_init__(self):
@@ -225,8 +226,8 @@ class _Ref:
     cell: nbformat.NotebookNode
     kind: str  # "solution", "test", "read-only" or "plain" (no nbgrader role)
     grade_id: str | None
-    names: set[str] = field(init=False)  # see _features
-    lines: list[str] = field(init=False)
+    names: frozenset[str] = field(init=False)  # see _features
+    lines: tuple[str, ...] = field(init=False)
     head: str = field(init=False)
 
     @classmethod
@@ -250,8 +251,21 @@ class _Ref:
         return f"{self.kind} cell {self.grade_id or self.index + 1}"
 
 
-def _features(source: str) -> tuple[set[str], list[str], str]:
+def _features(source: str) -> tuple[frozenset[str], tuple[str, ...], str]:
     """Defined names ("Class", "Class.method", "func"), significant lines, first line."""
+    # A class's cells are mostly the release's own text: each is parsed once per batch.
+    return _features_of_short(source) if len(source) < _CACHED_SOURCE else _read_features(source)
+
+
+_CACHED_SOURCE = 64 * 1024  # longer cells are parsed each time, not kept
+
+
+@functools.lru_cache(maxsize=4096)
+def _features_of_short(source: str) -> tuple[frozenset[str], tuple[str, ...], str]:
+    return _read_features(source)
+
+
+def _read_features(source: str) -> tuple[frozenset[str], tuple[str, ...], str]:
     try:
         names = set()
         for node in ast.parse(source).body:
@@ -271,12 +285,17 @@ def _features(source: str) -> tuple[set[str], list[str], str]:
                 owner = name if keyword == "class" else None
             elif owner and keyword == "def":
                 names.add(f"{owner}.{name}")
-    lines = [s for line in source.splitlines()[:500] if (s := line.strip())]
-    return names, lines, lines[0] if lines else ""
+    lines = tuple(s for line in source.splitlines()[:500] if (s := line.strip()))
+    return frozenset(names), lines, lines[0] if lines else ""
 
 
-def _score(cell: _Cell, ref: _Ref) -> float:
-    """How surely learner `cell` is release `ref` with its metadata lost: 0 (unrelated) to 1."""
+def _score(cell: _Cell, ref: _Ref, floor: float = 0.0) -> float:
+    """How surely learner `cell` is release `ref` with its metadata lost: 0 (unrelated) to 1.
+
+    A score below `floor` is only known to be below it (the value returned is then no more
+    than the true score): the line diff, the costly part, is skipped when its upper bounds
+    show it can neither reach `floor` nor beat the other signs.
+    """
     scores = [0.0]
     if shared := cell.names & ref.names:  # shares class/function definitions
         scores.append(0.5 + 0.5 * len(shared) / len(ref.names))
@@ -285,9 +304,23 @@ def _score(cell: _Cell, ref: _Ref) -> float:
     stub = [line for line in ref.lines if line not in _STUB and len(line) > 3]
     if len(stub) >= 2:  # still contains the stub / release text
         scores.append(len(set(stub) & set(cell.lines)) / len(stub))
-    if cell.lines and ref.lines:
-        scores.append(difflib.SequenceMatcher(None, cell.lines, ref.lines, False).ratio())
-    return max(scores)
+    best = max(scores)
+    if not (cell.lines and ref.lines) or not _may_beat(_length_bound(cell, ref), best, floor):
+        return best
+    diff = difflib.SequenceMatcher(None, cell.lines, ref.lines, False)
+    if _may_beat(diff.quick_ratio(), best, floor):  # quick_ratio() too bounds ratio() above
+        best = max(best, diff.ratio())
+    return best
+
+
+def _length_bound(cell: _Cell, ref: _Ref) -> float:
+    """The most `SequenceMatcher.ratio()` of the two cells' lines can be (its real_quick_ratio)."""
+    shorter, total = min(len(cell.lines), len(ref.lines)), len(cell.lines) + len(ref.lines)
+    return 2.0 * shorter / total
+
+
+def _may_beat(bound: float, best: float, floor: float) -> bool:
+    return bound > best and bound >= floor
 
 
 def _attach(cells: list[_Cell], refs: list[_Ref], repairs: list[str]) -> dict[int, int]:
@@ -314,7 +347,7 @@ def _attach(cells: list[_Cell], refs: list[_Ref], repairs: list[str]) -> dict[in
         for r in refs
         if r.index not in match
         for c in free
-        if (score := _score(c, r)) >= _THRESHOLD
+        if (score := _score(c, r, _THRESHOLD)) >= _THRESHOLD
     )
     taken, by_content = set(), []
     for *_, i, j in pairs:

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import nbformat
 
-from ..authoring.build import execute, kernel_tempdir
+from ..authoring.build import execute
 from ..errors import run_command
 from ..paths import COMPAT_VENVS, REPO_ROOT, SOLUTIONS_NOTEBOOK
+from ..sandbox.kernel_setup import kernel_tempdir
 
 VERSIONS = "import sys, torch; print(f'Python {sys.version.split()[0]}, torch {torch.__version__}')"
 # What the probe's CudaMemory adapter calls (OutOfMemoryError has a fallback: torch < 1.13 lacks it).

@@ -11,7 +11,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
+
+from ..errors import KitError
 
 LAUNCHER = Path(__file__).with_name("launcher.py")  # the kernelspec's argv runs it by path
 KERNEL_NAME = "ch34-sandbox"
@@ -120,3 +123,31 @@ def kernel_settings(
     settings.update(JUPYTER_PATH=str(workdir), JUPYTER_RUNTIME_DIR=str(workdir / "runtime"))
     settings.update(thread_environment(threads))
     return settings
+
+
+MAX_SOCKET_PATH = 107  # bytes in a Unix socket address (sun_path), less its closing NUL
+
+
+def kernel_tempdir(prefix: str, *, below: str = "/kernel-99999") -> Path:
+    """A new temporary folder short enough for the kernel IPC sockets that go `below` it.
+
+    The default is where `execute(nb, folder)` puts them: `folder/kernel-<n>`.
+
+    A Unix socket's path holds at most 107 bytes, and `execute` puts kernel sockets in a working
+    folder: a long TMPDIR (a macOS one, a deep CI folder) would break every kernel. Such a
+    TMPDIR is passed over for /tmp. The caller removes the folder.
+    """
+    for parent in (None, "/tmp"):
+        folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        if len(os.fsencode(folder)) + len(below) <= MAX_SOCKET_PATH:
+            return folder
+        folder.rmdir()
+    raise KitError(
+        f"no temporary folder short enough for kernel sockets ({len(below)} bytes must fit below "
+        f"it in {MAX_SOCKET_PATH}): set TMPDIR to a short folder"
+    )
+
+
+def kernel_threads(jobs: int) -> int:
+    """BLAS/torch threads a kernel gets: the cores shared among the jobs, no oversubscription."""
+    return max(1, (os.cpu_count() or 1) // jobs)

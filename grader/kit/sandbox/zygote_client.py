@@ -3,14 +3,14 @@ process, learn whether it serves, and stop it."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import threading
 from pathlib import Path
 
-from ..authoring.build import kernel_tempdir
-from .kernel_setup import kernel_python, python_roots, thread_environment
+from .kernel_setup import kernel_python, kernel_tempdir, python_roots, thread_environment
 
 ZYGOTE_SCRIPT = Path(__file__).with_name("zygote_server.py")
 
@@ -18,9 +18,10 @@ ZYGOTE_SCRIPT = Path(__file__).with_name("zygote_server.py")
 class Zygote:
     """The batch's pre-imported kernel process (`zygote_server.py`): start it, then `stop()` it.
 
-    `socket` is where the kernel launchers reach it; `problem` is None when it is serving,
-    else why it cannot (kernels then start afresh, each in bubblewrap). Starting takes the
-    imports' time, about 3.5 s, once a batch.
+    Making one starts the process and returns at once: its imports (torch, ipykernel: about
+    3.5 s) run while the grader does its own. `socket` is where the kernel launchers reach it;
+    `problem`, the first time it is read, waits for the zygote's first word and is None when it
+    serves, else why it cannot (kernels then start afresh, each in bubblewrap).
     """
 
     STARTUP_TIMEOUT_S = 180
@@ -43,17 +44,23 @@ class Zygote:
             text=True,
             errors="replace",
         )
+        self.too_slow = threading.Timer(self.STARTUP_TIMEOUT_S, self.process.kill)
+        self.too_slow.start()
+
+    @functools.cached_property
+    def problem(self) -> str | None:
+        if self.process.stdout.closed:
+            return "it was stopped before it said whether it serves"
         said = []
-        too_slow = threading.Timer(self.STARTUP_TIMEOUT_S, self.process.kill)
-        too_slow.start()
         for line in self.process.stdout:
             said.append(line.rstrip())
             if line.startswith(("ready", "unavailable: ")):
                 break
-        too_slow.cancel()
-        self.problem = None if said[-1:] == ["ready"] else zygote_problem(said)
-        if self.problem:
-            self.stop()
+        self.too_slow.cancel()
+        if said[-1:] == ["ready"]:
+            return None
+        self.stop()
+        return zygote_problem(said)
 
     @property
     def serving(self) -> bool:
@@ -61,6 +68,7 @@ class Zygote:
 
     def stop(self) -> None:
         """End the zygote; kernels still running from it end with it (parent-death signals)."""
+        self.too_slow.cancel()
         self.process.kill()
         self.process.wait()
         self.process.stdout.close()
