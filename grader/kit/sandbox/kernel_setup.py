@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..errors import KitError
+from ..errors import BuildError
 
 LAUNCHER = Path(__file__).with_name("launcher.py")  # the kernelspec's argv runs it by path
 KERNEL_NAME = "ch34-sandbox"
@@ -142,7 +142,7 @@ def kernel_tempdir(prefix: str, *, below: str = "/kernel-99999") -> Path:
         if len(os.fsencode(folder)) + len(below) <= MAX_SOCKET_PATH:
             return folder
         folder.rmdir()
-    raise KitError(
+    raise BuildError(
         f"no temporary folder short enough for kernel sockets ({len(below)} bytes must fit below "
         f"it in {MAX_SOCKET_PATH}): set TMPDIR to a short folder"
     )
