@@ -76,12 +76,20 @@ autograde: $(STAMP) sandbox build/grading-course/gradebook.db
 	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) \
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
+# One pytest worker a core (pytest-xdist). A test module runs whole on one worker (`--dist
+# loadfile`): its module fixtures are made once, and its checks for leftover processes see only
+# its own batches. Modules go out in the order tests/conftest.py sorts them (the slow first), not
+# by their number of tests. A fixture several modules share is made once for all workers
+# (tests/conftest.py, made_once). TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= $(shell nproc)
+PYTEST      := $(PY) -m pytest -q -p xdist -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP) sandbox export-tools
-	$(PY) -m pytest -q tests
+	$(PYTEST) tests
 
 # The maintainer's loop: every test that needs no Jupyter kernel, no nbgrader run and no browser.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 bench: $(STAMP) sandbox build/grading-course/gradebook.db
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done

@@ -5,6 +5,7 @@ import importlib
 import os
 import pkgutil
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,7 +42,7 @@ SLOW_MODULES = frozenset(
         "test_zygote",
     }
 )
-SLOW_FIXTURES = frozenset({"fresh_build", "graded_batch", "unsandboxed_batch"})
+SLOW_FIXTURES = frozenset({"fresh_build", "graded_batch"})
 
 
 def pytest_collection_modifyitems(config, items):
@@ -49,6 +50,10 @@ def pytest_collection_modifyitems(config, items):
         module = item.module.__name__.rsplit(".", 1)[-1]
         if module in SLOW_MODULES or SLOW_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+    # The modules with slow tests first, each in one piece: pytest-xdist hands modules to its
+    # workers in this order (`make test`: `--dist loadfile`), so the short ones fill in at the end.
+    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module not in slow_modules)
 
 
 def all_mistakes():
@@ -102,17 +107,55 @@ def unfinished_submission(release, solutions, todo: int):
     return nb
 
 
+def made_once(tmp_path_factory, name: str, make) -> Path:
+    """The folder `name`, filled by `make(folder)` once for the whole run: under pytest-xdist
+    every worker is a session of its own, and the first to ask makes it while the others wait.
+
+    For a fixture that several test modules share; a module's own fixtures need nothing, since
+    `--dist loadfile` runs a module on one worker. A `make` that raises leaves no folder.
+    """
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above the workers' own
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(root / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                make(folder)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def fresh_build(tmp_path_factory):
-    """The kit generated from the source into a temporary root: notebooks/, solutions/, build/."""
-    out = tmp_path_factory.mktemp("fresh-build")
-    subprocess.run(
-        [sys.executable, "-m", "grader.kit.authoring.build", "all", "--out", str(out)],
-        cwd=REPO_ROOT,
-        check=True,
-        capture_output=True,
-    )
-    return out
+    """The kit generated from the source into a temporary root: notebooks/, build/, and
+    solutions/ not executed (what the batches take from it is code; test_generation executes
+    its own)."""
+
+    def build(out):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grader.kit.authoring.build",
+                "all",
+                "--no-execute",
+                "--out",
+                str(out),
+            ],
+            cwd=REPO_ROOT,
+            check=True,
+            capture_output=True,
+        )
+
+    return made_once(tmp_path_factory, "fresh-build", build)
 
 
 # An empty but valid notebook, and a file written where an LMS export would put it (the intake tests).
@@ -215,7 +258,9 @@ def todos_of_edit(solutions):
         if named:
             return {int(named.group(1))}
         above = re.findall(r"TODO (\d+)", cell.source[: cell.source.index(old) + len(old)])
-        return {int(above[-1])} if above else {int(n) for n in re.findall(r"TODO (\d+)", cell.source)}
+        return (
+            {int(above[-1])} if above else {int(n) for n in re.findall(r"TODO (\d+)", cell.source)}
+        )
 
     return todos
 
@@ -252,38 +297,3 @@ def graded_batch(fresh_build, tmp_path_factory):
     assert run.returncode == 0, run.stderr[-3000:]
     pack_of = {m.name: pack for pack in packs for m in pack.mistakes}
     return {"run": run, "rows": rows, "report": report, "release": release, "pack_of": pack_of}
-
-
-@pytest.fixture(scope="session")
-def unsandboxed_batch(fresh_build, tmp_path_factory):
-    """Graded in one batch with `--no-sandbox` (test_adversarial, test_autograde): `detached`
-    (a correct notebook that leaves a detached process running), `overrun` (a correct notebook
-    whose scratch cell ignores interrupts and never ends) and `empty` (an empty file).
-
-    The notebook limit is the only way `overrun` ends, so the batch lasts that long: 60 s, far
-    above what grading the preflight's reference and `detached` takes on a loaded machine. Three
-    at a time, so `overrun`, which only sleeps, waits out its limit beside the other two.
-    """
-    from tests.fixtures.adversarial import ATTACKS, SIGINT_IGNORED_FOREVER, with_scratch_cell
-
-    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
-    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
-    root = tmp_path_factory.mktemp("unsandboxed")
-    submissions, scratch = root / "submissions", root / "tmp"
-    submissions.mkdir()
-    scratch.mkdir()
-    detach = next(a for a in ATTACKS if a.name == "background-process-left-running")
-    (submissions / "detached.ipynb").write_bytes(detach.make(release, solutions))
-    overrun = with_scratch_cell(SIGINT_IGNORED_FOREVER)
-    (submissions / "overrun.ipynb").write_bytes(overrun(release, solutions))
-    (submissions / "empty.ipynb").write_bytes(b"")
-    run, rows = autograde(
-        submissions,
-        root / "report",
-        fresh_build / "build" / "grading-course",
-        jobs=3,
-        extra=["--no-sandbox", "--notebook-timeout", "60"],
-        # The kernels' connection files go there: their command lines name it.
-        env={"TMPDIR": str(scratch)},
-    )
-    return {"run": run, "rows": rows, "scratch": scratch}

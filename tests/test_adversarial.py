@@ -8,7 +8,12 @@ import pytest
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME
 from grader.kit.report.grades import grade_columns
 from tests.conftest import autograde, read_nb
-from tests.fixtures.adversarial import ATTACKS, ORPHAN_SLEEP_SECONDS
+from tests.fixtures.adversarial import (
+    ATTACKS,
+    ORPHAN_SLEEP_SECONDS,
+    SIGINT_IGNORED_FOREVER,
+    with_scratch_cell,
+)
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +35,39 @@ def attacked(fresh_build, tmp_path_factory):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return {"run": run, "rows": rows, "report": report, "columns": grade_columns(release)}
+
+
+@pytest.fixture(scope="module")
+def unsandboxed_batch(fresh_build, tmp_path_factory):
+    """Graded in one batch with `--no-sandbox`: `detached`
+    (a correct notebook that leaves a detached process running), `overrun` (a correct notebook
+    whose scratch cell ignores interrupts and never ends) and `empty` (an empty file).
+
+    The notebook limit is the only way `overrun` ends, so the batch lasts that long: 60 s, far
+    above what grading the preflight's reference and `detached` takes on a loaded machine. Three
+    at a time, so `overrun`, which only sleeps, waits out its limit beside the other two.
+    """
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    root = tmp_path_factory.mktemp("unsandboxed")
+    submissions, scratch = root / "submissions", root / "tmp"
+    submissions.mkdir()
+    scratch.mkdir()
+    detach = next(a for a in ATTACKS if a.name == "background-process-left-running")
+    (submissions / "detached.ipynb").write_bytes(detach.make(release, solutions))
+    overrun = with_scratch_cell(SIGINT_IGNORED_FOREVER)
+    (submissions / "overrun.ipynb").write_bytes(overrun(release, solutions))
+    (submissions / "empty.ipynb").write_bytes(b"")
+    run, rows = autograde(
+        submissions,
+        root / "report",
+        fresh_build / "build" / "grading-course",
+        jobs=3,
+        extra=["--no-sandbox", "--notebook-timeout", "60"],
+        # The kernels' connection files go there: their command lines name it.
+        env={"TMPDIR": str(scratch)},
+    )
+    return {"run": run, "rows": rows, "scratch": scratch}
 
 
 def test_the_attacks_were_graded_inside_the_sandbox_by_pre_imported_kernels(attacked):
@@ -111,6 +149,12 @@ def test_nothing_outlives_grading_without_the_sandbox_either(unsandboxed_batch):
     assert wait_for_no_process_with(str(unsandboxed_batch["scratch"])) == [], (
         "a kernel outlived its grader"
     )
+
+
+def test_grading_without_bubblewrap_says_so_loudly(unsandboxed_batch):
+    run, rows = unsandboxed_batch["run"], unsandboxed_batch["rows"]
+    assert "WITHOUT a sandbox" in run.stderr and "sandbox: NONE" in run.stderr
+    assert rows["empty"]["status"] == "empty_file"
 
 
 # What only the sandbox or its limits stop, graded again with every kernel started afresh in

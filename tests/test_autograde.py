@@ -260,12 +260,6 @@ def test_a_long_tmpdir_does_not_break_the_kernels_sockets(first_grading):
     assert rows["alice"]["score"] == rows["alice"]["max_score"]
 
 
-def test_grading_without_bubblewrap_says_so_loudly(unsandboxed_batch):
-    run, rows = unsandboxed_batch["run"], unsandboxed_batch["rows"]
-    assert "WITHOUT a sandbox" in run.stderr and "sandbox: NONE" in run.stderr
-    assert rows["empty"]["status"] == "empty_file"
-
-
 def test_autograde_refuses_a_missing_folder_with_a_usage_hint(tmp_path):
 
     run = subprocess.run(

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from tests.conftest import read_nb
@@ -18,33 +19,51 @@ def without_outputs(nb):
     return nb
 
 
+@pytest.fixture(scope="module")
+def executed_solutions(tmp_path_factory):
+    """The solutions notebook generated afresh and executed, as `make solutions` makes it."""
+    out = tmp_path_factory.mktemp("executed")
+    subprocess.run(
+        [sys.executable, "-m", "grader.kit.authoring.build", "solutions", "--out", str(out)],
+        cwd=REPO_ROOT,
+        check=True,
+        capture_output=True,
+    )
+    return out / "solutions" / NOTEBOOK_NAME
+
+
 def test_committed_student_notebook_is_byte_identical_to_a_fresh_generation(fresh_build):
     committed = (REPO_ROOT / "notebooks" / NOTEBOOK_NAME).read_bytes()
     fresh = (fresh_build / "notebooks" / NOTEBOOK_NAME).read_bytes()
     assert committed == fresh, "notebooks/ is stale: run `make notebooks` and commit the result"
 
 
-def test_committed_solutions_notebook_matches_a_fresh_generation_apart_from_outputs(fresh_build):
+def test_committed_solutions_notebook_matches_a_fresh_generation_apart_from_outputs(
+    executed_solutions,
+):
     committed = read_nb(REPO_ROOT / "solutions" / NOTEBOOK_NAME)
-    fresh = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    fresh = read_nb(executed_solutions)
     assert without_outputs(committed) == without_outputs(fresh), (
         "solutions/ is stale: run `make solutions` and commit"
     )
 
 
-def test_generated_notebooks_record_no_time_no_path_and_stable_cell_ids(fresh_build):
-    for folder in ("notebooks", "solutions"):
-        text = (fresh_build / folder / NOTEBOOK_NAME).read_text(encoding="utf-8")
+def test_generated_notebooks_record_no_time_no_path_and_stable_cell_ids(
+    fresh_build, executed_solutions
+):
+    for path in (fresh_build / "notebooks" / NOTEBOOK_NAME, executed_solutions):
+        text = path.read_text(encoding="utf-8")
         for leak in (
             str(fresh_build),
+            str(executed_solutions.parents[1]),
             str(REPO_ROOT),
             "/tmp/",
             "iopub",
             '"execution":',
             "jupytext",
         ):
-            assert leak not in text, f"{folder}/ records {leak!r}"
-        nb = read_nb(fresh_build / folder / NOTEBOOK_NAME)
+            assert leak not in text, f"{path.parent.name}/ records {leak!r}"
+        nb = read_nb(path)
         ids = [cell.id for cell in nb.cells]
         assert len(set(ids)) == len(ids)
         grade_ids = [
@@ -55,8 +74,8 @@ def test_generated_notebooks_record_no_time_no_path_and_stable_cell_ids(fresh_bu
         assert set(grade_ids) <= set(ids), "cells with a grade id must carry it as their cell id"
 
 
-def test_solutions_notebook_is_executed_with_every_test_passing(fresh_build):
-    nb = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+def test_solutions_notebook_is_executed_with_every_test_passing(executed_solutions):
+    nb = read_nb(executed_solutions)
     code = [cell for cell in nb.cells if cell.cell_type == "code"]
     assert all(cell.execution_count for cell in code), (
         "every code cell of the solutions must have run"

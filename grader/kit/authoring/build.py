@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -224,9 +225,12 @@ def run(argv=None) -> int:
     start = time.perf_counter()
     if args.what in ("notebooks", "all"):
         target = args.out / paths.STUDENT_NOTEBOOK
-        student = student_notebook(args.out / paths.COURSE)
+        # The two courses are independent: their `nbgrader generate_assignment` runs overlap.
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            grading = pool.submit(build_course, args.out / GRADING_COURSE, for_grading=True)
+            student = student_notebook(args.out / paths.COURSE)
+            grading.result()
         write_notebook(student, target)
-        build_course(args.out / GRADING_COURSE, for_grading=True)
         write_notebook(student, args.out / GRADING_COURSE / STUDENT_RELEASE)
         print(f"wrote {target.relative_to(args.out)}, build/course and {GRADING_COURSE}")
     if args.what in ("solutions", "all"):

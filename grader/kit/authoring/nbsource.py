@@ -8,6 +8,8 @@ going through a Jupyter kernel; they never import anything from the generated no
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import io
 import re
 import subprocess
@@ -260,7 +262,22 @@ def read_source(path: Path = SOURCE_PATH) -> nbformat.NotebookNode:
     Include cells (`#| include: part4_scheduler.py`) are replaced by the named file's cells, so
     a part can live in a file of its own while the notebook stays one; `#| checks: todo1.py`
     cells by the grade cells that check file declares (`checkcells.grade_cells`).
+
+    Each call returns a notebook of its own. The parse is done once for as long as no file of
+    the source's folder changes (a build reads the source three times, the tests many more).
     """
+    folder = Path(path).resolve().parent
+    stamp = tuple(
+        (str(file), stat.st_mtime_ns, stat.st_size)
+        for file in sorted(folder.rglob("*.py"))
+        for stat in [file.stat()]
+    )
+    return copy.deepcopy(_parsed_source(Path(path).resolve(), stamp))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed_source(path: Path, stamp: tuple) -> nbformat.NotebookNode:
+    """`read_source`'s parse; `stamp` (every file's path, mtime and size) keys the cache."""
     from .checkcells import grade_cells, is_checks_cell
 
     nb = jupytext.read(str(path), fmt="py:percent")
