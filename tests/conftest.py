@@ -14,6 +14,11 @@ import nbformat
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The suite's tensors are tiny: one thread each runs them faster than two (test_checks.py alone:
+# 140 s -> 103 s on a quiet 2-core machine), and a worker a core then leaves the other core
+# alone. Set before anything imports torch. The kernels the kit grades in get their own count
+# from the kit (`sandbox.kernel_setup.thread_environment`), whatever this says.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(REPO_ROOT))
 
 from grader.kit.authoring.examples import filled_submission  # noqa: E402

@@ -164,12 +164,16 @@ def test_measurement_cell_names_todo_9_for_a_broken_relay(cell_id):
     import torch
 
     threads = torch.get_num_threads()
-    ran = run_cells((RELAY,), last_todo=10, keep_measurements=True, stop_after=cell_id)
+    torch.set_num_threads(3)  # not the 1 the cell times with, so a cell that forgets to restore shows
+    try:
+        ran = run_cells((RELAY,), last_todo=10, keep_measurements=True, stop_after=cell_id)
+        assert torch.get_num_threads() == 3, "the cell left torch's thread count changed"
+    finally:
+        torch.set_num_threads(threads)
     grade_id, printed, error = ran[-1]
     assert grade_id == cell_id and isinstance(error, RuntimeError), (grade_id, printed, error)
     assert "TODO 9" in str(error) and "TODO 10" not in str(error), str(error)
     assert "0.5" not in printed and printed == "", printed  # no table of wrong ratios
-    assert torch.get_num_threads() == threads, "the cell left torch's thread count changed"
 
 
 def test_measurement_cell_names_todo_10_for_a_prefill_that_recomputes_the_prefix():

@@ -64,7 +64,8 @@ class Kernel:
     def __init__(self, workdir: Path, zygote: Zygote, limits=Limits(), groups=()):
         self.workdir = workdir
         prepare_kernel(workdir, limits)
-        settings = kernel_settings(workdir, limits, True, 1, list(groups), zygote.socket)
+        # two threads, not the suite's own one (conftest): the kernel's count must come from here
+        settings = kernel_settings(workdir, limits, True, 2, list(groups), zygote.socket)
         specs = KernelSpecManager(kernel_dirs=[str(workdir / "kernels")])
         self.manager = KernelManager(
             kernel_name=KERNEL_NAME,
@@ -240,7 +241,7 @@ def test_kernel_environment_is_a_learners_not_the_graders(kernel):
     hidden = ("NBGRADER_EXECUTION", "JPY_PARENT_PID")  # and the sandbox's own settings
     assert not [k for k in environment if k.startswith("CH34_SANDBOX_") or k in hidden]
     assert environment["HOME"] == first_path == str(kernel.workdir / "scratch")
-    assert environment["TMPDIR"] == "/tmp" and environment["OMP_NUM_THREADS"] == "1"
+    assert environment["TMPDIR"] == "/tmp" and environment["OMP_NUM_THREADS"] == "2"
     assert address_space == Limits().memory_bytes
 
 

@@ -272,8 +272,14 @@ def part_helpers(filename: str) -> list[str]:
 
 
 def _parse(filename: str) -> ast.Module:
+    """The syntax tree of a check file (read-only: it is shared while the text is unchanged)."""
+    return _parsed(check_file_text(filename), filename)
+
+
+@functools.lru_cache(maxsize=64)  # keyed by the text: a test run asks for each file's tree often
+def _parsed(text: str, filename: str) -> ast.Module:
     try:
-        return ast.parse(check_file_text(filename), filename)
+        return ast.parse(text, filename)
     except SyntaxError as error:
         raise SourceError(f"{filename}:{error.lineno}: {error.msg}") from None
 

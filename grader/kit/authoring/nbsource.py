@@ -215,10 +215,14 @@ def load_checks(filename: str) -> dict:
     checks = {}
     for declared in declarations(filename):
         scope: dict = {"__name__": "hidden_check"}
-        code = check_code(filename, declared.name)
-        exec(compile(code, HIDDEN_CHECK_FILENAME, "exec"), scope)
+        exec(_compiled_check(check_code(filename, declared.name)), scope)
         checks[declared.name] = scope[declared.name]
     return checks
+
+
+@functools.lru_cache(maxsize=256)  # keyed by the text; each load still runs it in a fresh scope
+def _compiled_check(code: str):
+    return compile(code, HIDDEN_CHECK_FILENAME, "exec")
 
 
 def inline_checks(text: str) -> str:
