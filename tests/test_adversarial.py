@@ -9,6 +9,7 @@ from grader.kit.authoring.nbsource import NOTEBOOK_NAME
 from grader.kit.report.grades import grade_columns
 from tests.conftest import autograde, read_nb
 from tests.fixtures.adversarial import (
+    ATTACK_MEMORY_GB,
     ATTACKS,
     ORPHAN_SLEEP_SECONDS,
     SIGINT_IGNORED_FOREVER,
@@ -30,8 +31,16 @@ def attacked(fresh_build, tmp_path_factory):
         fresh_build / "build" / "grading-course",
         # Three at a time: the attack that ignores interrupts only sleeps until the notebook
         # limit, and the other two slots keep both cores busy meanwhile.
+        # The memory bomb's limit is ATTACK_MEMORY_GB, so that it crosses it quickly.
         jobs=3,
-        extra=["--cell-timeout", "30", "--notebook-timeout", "120"],
+        extra=[
+            "--cell-timeout",
+            "30",
+            "--notebook-timeout",
+            "120",
+            "--memory-gb",
+            str(ATTACK_MEMORY_GB),
+        ],
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return {"run": run, "rows": rows, "report": report, "columns": grade_columns(release)}
@@ -84,7 +93,7 @@ def test_the_attacks_were_graded_under_process_and_memory_limits(attacked):
     # Root ignores RLIMIT_NPROC and RLIMIT_AS is per process: only cgroups hold the fork bomb
     # and the memory taken by several processes at once.
     line = next(line for line in attacked["run"].stderr.splitlines() if "cgroup limits:" in line)
-    assert "at most 512 processes" in line and "GiB of memory" in line, line
+    assert "at most 512 processes" in line and f"{ATTACK_MEMORY_GB:g} GiB of memory" in line, line
 
 
 def test_catalogue_has_at_least_15_attacks():
