@@ -9,6 +9,7 @@ from grader.kit.authoring.nbsource import NOTEBOOK_NAME
 from grader.kit.report.grades import grade_columns
 from tests.conftest import autograde, read_nb
 from tests.fixtures.adversarial import (
+    ATTACK_LIMITS,
     ATTACK_MEMORY_GB,
     ATTACKS,
     ORPHAN_SLEEP_SECONDS,
@@ -31,16 +32,8 @@ def attacked(fresh_build, tmp_path_factory):
         fresh_build / "build" / "grading-course",
         # Three at a time: the attack that ignores interrupts only sleeps until the notebook
         # limit, and the other two slots keep both cores busy meanwhile.
-        # The memory bomb's limit is ATTACK_MEMORY_GB, so that it crosses it quickly.
         jobs=3,
-        extra=[
-            "--cell-timeout",
-            "30",
-            "--notebook-timeout",
-            "120",
-            "--memory-gb",
-            str(ATTACK_MEMORY_GB),
-        ],
+        extra=ATTACK_LIMITS,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return {"run": run, "rows": rows, "report": report, "columns": grade_columns(release)}
@@ -192,7 +185,7 @@ def test_the_sandbox_attacks_end_the_same_with_kernels_started_afresh_in_bubblew
         submissions,
         tmp_path / "report",
         fresh_build / "build" / "grading-course",
-        extra=["--no-zygote", "--cell-timeout", "30", "--notebook-timeout", "120"],
+        extra=["--no-zygote", *ATTACK_LIMITS],
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "sandbox: bubblewrap (each kernel started afresh)" in run.stderr
