@@ -206,19 +206,7 @@ def test_result_is_shown_once_in_the_notebook():
 @pytest.mark.slow  # bench/gpu_evidence.py runs the whole probe on the CPU (about 30 s)
 def test_gpu_evidence_script_runs_on_cpu_and_writes_its_table(tmp_path):
     out = tmp_path / "evidence.md"
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "bench" / "gpu_evidence.py"),
-            "--device",
-            "cpu",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = run_bench("gpu_evidence.py", "--device", "cpu", "--out", out)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     table = out.read_text()
     assert "| synthetic chunked, 2048 tokens | 0.25 | 0.25 | 1.000 |" in table
@@ -233,23 +221,17 @@ def test_notebook_on_gpu_runs_every_reference_cell_and_fails_only_at_the_probe_w
     # The learner's "Run all" with RUN_MODE = 'real_gpu' on a machine without CUDA: every cell
     # before the probe runs clean, the probe raises its own error, and the run fails for it.
     report = tmp_path / "report.md"
-    run = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "bench" / "notebook_on_gpu.py"),
-            str(REPO_ROOT / "solutions" / NOTEBOOK_NAME),
-            "--mode",
-            "real_gpu",
-            "--out",
-            str(report),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    solutions = REPO_ROOT / "solutions" / NOTEBOOK_NAME
+    run = run_bench("notebook_on_gpu.py", solutions, "--mode", "real_gpu", "--out", report)
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
     assert "1 raised, 0 wrote to stderr" in run.stdout, run.stdout
     rows = [line for line in report.read_text(encoding="utf-8").splitlines() if line[:2] == "| "]
     raised = [row.split(" | ")[3] for row in rows[1:] if row.split(" | ")[3].strip()]
     assert len(raised) == 1 and raised[0].startswith("RuntimeError: real_gpu 模式需要 CUDA"), raised
     assert "raised RuntimeError: real_gpu" in report.read_text(encoding="utf-8")
+
+
+def run_bench(script: str, *args) -> subprocess.CompletedProcess:
+    """bench/`script` with `args`, run as a maintainer runs it; its output captured."""
+    command = [sys.executable, str(REPO_ROOT / "bench" / script), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
