@@ -8,8 +8,9 @@ switches it. Standard library only, so it runs under any image's python3 beside 
 Unlike Jupyter's "Run all" it goes on past a failing cell (the student notebook's visible checks
 raise until the TODOs are done), so one run shows every cell. Lines starting with `%` or `!`
 (notebook-only syntax) are skipped. Writes a Markdown report (each cell's seconds, what it
-raised, what it wrote to stderr or warned, and the probe cell's whole output) and exits 1 when a
-cell wrote to stderr, or raised where the notebook is not `--unfinished`.
+raised, what it wrote to `sys.stderr` or warned, and the probe cell's whole output) and exits 1
+when a cell wrote there, or raised where the notebook is not `--unfinished`. Writes that C code
+makes to file descriptor 2 directly are not seen: `make compat` runs the cells in a real kernel.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ PROBE_LINE = 'RUN_MODE = "dry_run"'
 
 
 def run_cell(source: str, name: str, namespace: dict) -> dict:
-    """Execute one cell; its seconds, stdout, stderr (warnings included) and what it raised."""
+    """Execute one cell; its seconds, what it printed, what it wrote to `sys.stderr` (warnings
+    included) and what it raised."""
     out, err = io.StringIO(), io.StringIO()
     raised = ""
     start = time.perf_counter()
@@ -59,6 +61,7 @@ def main(argv=None) -> int:
         help="the TODOs are left (the student release): cells that raise are reported, not failed",
     )
     parser.add_argument("--out", type=Path, help="the report (default: beside the notebook)")
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     out = args.out or args.notebook.with_suffix(f".{args.mode}.md")
 
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
         f"# {args.notebook}, RUN_MODE = {args.mode!r}",
         "",
         f"- Python {sys.version.split()[0]}; command: `python3 bench/notebook_on_gpu.py "
-        f"{args.notebook} --mode {args.mode}`",
+        f"{' '.join(argv)}`",
         "",
         "| cell | first line | s | raised | stderr |",
         "|---|---|---|---|---|",

@@ -225,10 +225,11 @@ def test_notebook_on_gpu_runs_every_reference_cell_and_fails_only_at_the_probe_w
     run = run_bench("notebook_on_gpu.py", solutions, "--mode", "real_gpu", "--out", report)
     assert run.returncode == 1, run.stdout[-2000:] + run.stderr[-2000:]
     assert "1 raised, 0 wrote to stderr" in run.stdout, run.stdout
-    rows = [line for line in report.read_text(encoding="utf-8").splitlines() if line[:2] == "| "]
+    text = report.read_text(encoding="utf-8")
+    rows = [line for line in text.splitlines() if line[:2] == "| "]
     raised = [row.split(" | ")[3] for row in rows[1:] if row.split(" | ")[3].strip()]
     assert len(raised) == 1 and raised[0].startswith("RuntimeError: real_gpu 模式需要 CUDA"), raised
-    assert "raised RuntimeError: real_gpu" in report.read_text(encoding="utf-8")
+    assert "raised RuntimeError: real_gpu" in text
 
 
 def run_bench(script: str, *args) -> subprocess.CompletedProcess:
