@@ -11,7 +11,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export notebooks solutions examples intake autograde test test-fast bench compat lint clean distclean
+.PHONY: all setup sandbox export-tools export notebooks solutions examples intake autograde test test-fast test-heavy bench compat lint clean distclean
 
 all: notebooks solutions examples
 
@@ -85,11 +85,16 @@ TEST_WORKERS ?= $(shell nproc)
 PYTEST      := $(PY) -m pytest -q -p xdist -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP) sandbox export-tools
-	$(PYTEST) tests
+	$(PYTEST) -m "not heavy" tests
+
+# The heavy tier, outside `make test`: whole fault catalogues through real nbgrader, clusters
+# started by the test. Each heavy test is marked `@pytest.mark.heavy` (and slow).
+test-heavy: $(STAMP) sandbox export-tools
+	$(PYTEST) -m heavy tests
 
 # The maintainer's loop: every test that needs no Jupyter kernel, no nbgrader run and no browser.
 test-fast: $(STAMP)
-	$(PYTEST) -m "not slow" tests
+	$(PYTEST) -m "not slow and not heavy" tests
 
 bench: $(STAMP) sandbox build/grading-course/gradebook.db
 	@for script in bench/bench_*.py; do echo "== $$script"; $(PY) $$script || exit 1; done
