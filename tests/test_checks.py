@@ -228,6 +228,7 @@ def checks_dir(tmp_path, monkeypatch):
     (tmp_path / "_common.py").write_text(
         "def check(points, title, says):\n    return lambda f: f\n"
     )
+    (tmp_path / "_timebox.py").write_text("BOX_SECONDS = 4\n")
     return tmp_path
 
 

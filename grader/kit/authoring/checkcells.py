@@ -28,10 +28,12 @@ import nbformat
 from .nbsource import CHECKS_DIR, PARTS, SourceError, check_file_text
 
 COMMON = "_common.py"  # helpers every check uses
+TIMEBOX = "_timebox.py"  # the time box every check runs in (the visible checks too)
 DECORATOR = "check"
 _CHECKS_LINE = re.compile(r"^#\| checks: ([\w-]+\.py)[ \t]*$")
 _CHECK_NAME = re.compile(r"^check_todo(\d+)_\w+$")
 _DECLARED = ("points", "title", "says")
+_OPTIONAL = ("seconds",)  # the check's time box, where BOX_SECONDS is too short
 _TRIPLE = "'" * 3
 
 
@@ -45,6 +47,12 @@ class Check:
     points: int
     title: str
     says: str
+    seconds: float | None = None  # None: the default box, `box_seconds()`
+
+    @property
+    def box(self) -> float:
+        """The seconds this check's time box gives the learner's code."""
+        return box_seconds() if self.seconds is None else self.seconds
 
     @property
     def grade_id(self) -> str:
@@ -150,8 +158,9 @@ def total_points(filename: str, tree: ast.Module | None = None) -> dict[int, int
 def check_code(filename: str, name: str | None = None) -> str:
     """The code a grade cell runs for check `name` of `filename`: of the common helpers, the
     part's helpers (`_<part key>.py`, where the part has one) and the file itself, joined in that
-    order, the statements `name` needs (`needed_code`). Without `name`, all of them."""
-    pieces = [COMMON, *part_helpers(filename), filename]
+    order (the time box ahead of them), the statements `name` needs (`needed_code`). Without
+    `name`, all of them."""
+    pieces = [TIMEBOX, COMMON, *part_helpers(filename), filename]
     texts = []
     for piece in pieces:
         text = check_file_text(piece).rstrip()
@@ -299,16 +308,37 @@ def _declared(filename, name, call, where, totals) -> Check:
     if not isinstance(call, ast.Call) or call.args:
         raise SourceError(f"{where}: write @{DECORATOR}(points=N, title='...', says='...')")
     keywords = [k.arg for k in call.keywords]
-    if sorted(keywords) != sorted(_DECLARED):
-        raise SourceError(f"{where}: @{DECORATOR} takes exactly {_DECLARED}, got {keywords}")
+    if sorted(set(keywords) - set(_OPTIONAL)) != sorted(_DECLARED) or len(set(keywords)) < len(
+        keywords
+    ):
+        raise SourceError(
+            f"{where}: @{DECORATOR} takes exactly {_DECLARED}, and optionally {_OPTIONAL}; "
+            f"got {keywords}"
+        )
     try:
         values = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
     except ValueError:
         raise SourceError(f"{where}: @{DECORATOR}'s values must be literals") from None
     points, title, says = (values[k] for k in _DECLARED)
+    seconds = values.get("seconds")
+    if seconds is not None and (type(seconds) not in (int, float) or not 0 < seconds <= 60):
+        raise SourceError(f"{where}: seconds must be a number of seconds (0, 60], got {seconds!r}")
     if type(points) is not int or points <= 0:
         raise SourceError(f"{where}: points must be a positive int, got {points!r}")
     for key, text in (("title", title), ("says", says)):
         if type(text) is not str or not text.strip() or "\n" in text:
             raise SourceError(f"{where}: {key} must be one non-empty line, got {text!r}")
-    return Check(filename, name, int(number.group(1)), points, title, says)
+    return Check(filename, name, int(number.group(1)), points, title, says, seconds)
+
+
+def box_seconds() -> float:
+    """`BOX_SECONDS` of the time box (`_timebox.py`), read without running it: the box of every
+    check that does not say `seconds=`, and of every visible check."""
+    for node in _parse(TIMEBOX).body:
+        if (
+            isinstance(node, ast.Assign)
+            and [getattr(t, "id", None) for t in node.targets] == ["BOX_SECONDS"]
+            and type(getattr(node.value, "value", None)) in (int, float)
+        ):
+            return node.value.value
+    raise SourceError(f"{TIMEBOX}: no BOX_SECONDS = <number>")

@@ -258,6 +258,9 @@ def inline_checks(text: str) -> str:
 # A cell holding only `#| include: FILE.py` is replaced by the cells of that percent-format file,
 # which sits next to the main source: one file per part, joined in this order by `read_source`.
 _INCLUDE_LINE = re.compile(r"^#\| include: ([\w-]+\.py)\s*$")
+# A line `#| code: FILE.py` in a code cell is replaced by the text of checks/FILE.py: code that
+# the notebook and the grade cells both run (the time box), written once.
+_CODE_LINE = re.compile(r"^#\| code: ([\w-]+\.py)[ \t]*$", re.MULTILINE)
 
 
 def read_source(path: Path = SOURCE_PATH) -> nbformat.NotebookNode:
@@ -265,7 +268,8 @@ def read_source(path: Path = SOURCE_PATH) -> nbformat.NotebookNode:
 
     Include cells (`#| include: part4_scheduler.py`) are replaced by the named file's cells, so
     a part can live in a file of its own while the notebook stays one; `#| checks: todo1.py`
-    cells by the grade cells that check file declares (`checkcells.grade_cells`).
+    cells by the grade cells that check file declares (`checkcells.grade_cells`); a
+    `#| code: _timebox.py` line by that file of checks/.
 
     Each call returns a notebook of its own. The parse is done once for as long as no file of
     the source's folder changes (a build reads the source three times, the tests many more).
@@ -297,6 +301,9 @@ def _parsed_source(path: Path, stamp: tuple) -> nbformat.NotebookNode:
             cells.extend(jupytext.read(str(part), fmt="py:percent").cells)
         else:
             cells.append(cell)
+    for cell in cells:
+        if cell.cell_type == "code":
+            cell.source = _CODE_LINE.sub(lambda m: check_file_text(m.group(1)).rstrip(), cell.source)
     nb.cells = [
         new for cell in cells for new in (grade_cells(cell) if is_checks_cell(cell) else [cell])
     ]

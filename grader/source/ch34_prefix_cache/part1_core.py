@@ -249,6 +249,19 @@ class PrefixCacheManager:
 #
 # 运行下面的单元格检查 TODO 1–8（几秒内跑完）。每条断言失败时都会写明是哪个 TODO、输入是什么、应该得到什么、实际得到什么；你的代码抛出的异常保持原样（`TypeError` 就是 `TypeError`），只有某个方法里仍是 `raise NotImplementedError()` 时才提示“请先完成 TODO N”。这里全部通过，说明基本路径正确；评分时还会用随机输入、边界情况和多种 `block_size` 再检查一遍。
 
+# %% nbgrader={"grade": false, "grade_id": "check_time_box", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 已给出，不必读懂：可见检查（和评分时的隐藏检查）的时限。每个检查最多运行 BOX_SECONDS 秒；超时（死循环、
+# 等太久的 time.sleep）时这个检查失败，消息写明是哪个 TODO、哪次调用、停在哪一行，然后接着运行下一个检查。
+#| code: _timebox.py
+
+
+def timed_out_line(todo, timeout, todo_of_frame):
+    """超时的可见检查打印的那一行：哪个 TODO、哪次调用没有返回、停在哪一行、多半是什么原因。
+
+    todo_of_frame(frame)：这一层调用属于哪个 TODO（"TODO 4"），不属于任何 TODO 时为 None。
+    """
+    return f"⏱️ {todo} 的可见检查：{timeout_text(timeout, todo_of_frame)}"
+
 # %% nbgrader={"grade": false, "grade_id": "visible_tests", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 运行此单元格检查 TODO 1–8：每个 TODO 一个小检查，每个 TODO 打印一行结果（一个 TODO 没通过不会挡住后面的 TODO），
 # 最后抛出第一个失败。每条断言的消息写明 TODO、输入、期望值和实际得到的值；几秒内跑完，评分时每个 TODO 还有几格隐藏检查。
@@ -356,6 +369,11 @@ PART_ONE_CHECKS = [
 USED_METHOD = {todo: method for method, todo in TODO_OF_METHOD.items()}
 
 
+def method_todo(frame):
+    """这一层调用是哪个 TODO 的方法；不是时为 None。"""
+    return TODO_OF_METHOD.get(frame.f_code.co_name)
+
+
 def test_prefix_cache_manager():
     """逐个运行 PART_ONE_CHECKS：每个 TODO 打印一行结果，全部跑完后抛出第一个失败。"""
     failures, failed = [], set()
@@ -368,7 +386,11 @@ def test_prefix_cache_manager():
             continue
         failed.add(todo)  # 通过时再移除
         try:
-            check()
+            run_boxed(check, last_words=lambda timeout, todo=todo: timed_out_line(todo, timeout, method_todo))
+        except CheckTimeout as timeout:
+            message = timed_out_line(todo, timeout, method_todo)
+            print(message)
+            failures.append(TimeoutError(message))
         except NotImplementedError as error:
             frames = [f.name for f in traceback.extract_tb(error.__traceback__) if f.name in TODO_OF_METHOD]
             where = frames[-1] if frames else "某个方法"

@@ -48,17 +48,24 @@ VISIBLE_TODO_OF = {
 }
 
 
+def todo_of_frame(frame):
+    """这一层调用是哪个 TODO 的方法（"TODO 17"）；不是 TODO 的方法时为 None。"""
+    owner = frame.f_locals.get("self")
+    classes = [cls.__name__ for cls in type(owner).__mro__] if owner is not None else [None]
+    for name in classes:
+        todo = VISIBLE_TODO_OF.get((name, frame.f_code.co_name))
+        if todo:
+            return todo
+    return None
+
+
 def todo_of_traceback(error):
     """(TODO, 方法名)：抛出 error 的最内层 TODO 方法；找不到时为 None。"""
     found = None
     for frame, _ in traceback.walk_tb(error.__traceback__):
-        owner = frame.f_locals.get("self")
-        classes = [cls.__name__ for cls in type(owner).__mro__] if owner is not None else [None]
-        for name in classes:
-            todo = VISIBLE_TODO_OF.get((name, frame.f_code.co_name))
-            if todo:
-                found = (todo, frame.f_code.co_name)
-                break
+        todo = todo_of_frame(frame)
+        if todo:
+            found = (todo, frame.f_code.co_name)
     return found
 
 
@@ -74,7 +81,11 @@ def run_visible_checks(checks):
         torch_module.set_num_threads(1)  # 张量很小：单线程快得多，也不和机器上的其他进程争抢
     for todo, check in checks:
         try:
-            skipped = check()
+            skipped = run_boxed(check, last_words=lambda timeout, todo=todo: timed_out_line(todo, timeout, todo_of_frame))
+        except CheckTimeout as timeout:
+            message = timed_out_line(todo, timeout, todo_of_frame)
+            print(message)
+            failures.append(TimeoutError(message))
         except NotImplementedError as error:
             owner = todo_of_traceback(error)
             unfinished, method = owner if owner else (todo, "代码")

@@ -9,7 +9,9 @@ part's file, one check per TODO), `UNDER_TEST` (what the learner writes) and `TO
     def check_todo1_basic(ns): ...
 
 is the whole declaration of grade cell `test_todo1_basic`: the build reads it (without running
-it) and writes the cell's first line, `# TODO 1 · 基本（4 分）：随机 list 输入，…`.
+it) and writes the cell's first line, `# TODO 1 · 基本（4 分）：随机 list 输入，…`. Each check runs
+in a time box (`_timebox.py`, joined ahead of this file): `BOX_SECONDS`, or `seconds=` in the
+declaration for a check whose reference is slow (`bench/bench_timeboxes.py` measures each).
 """
 
 import builtins
@@ -17,20 +19,26 @@ import builtins
 _BUILTINS = ("type", "len", "list", "tuple", "range", "repr", "isinstance", "zip", "all")
 
 
-def check(points, title, says):
+def check(points, title, says, seconds=BOX_SECONDS):
     """Declare `check_todo<N>_<name>` as a grade cell worth `points`, its first line from `title`
     and `says`. When it runs, its messages read "TODO N · title: ..." and an unfinished TODO is
-    named as such; the builtins it relies on are checked first."""
+    named as such; the builtins it relies on are checked first; past `seconds` it fails with a
+    message naming the call that did not return (`run_boxed`)."""
 
     def wrap(function):
         number = int(function.__name__.split("_")[1].removeprefix("todo"))
         todo = f"TODO {number}"
         method = UNDER_TEST if isinstance(UNDER_TEST, str) else UNDER_TEST[number]
 
+        def timed_out(timeout):
+            return _timed_out(f"{todo} · {title}", method, timeout)
+
         def run(ns):
             _guard(todo)
             try:
-                return function(ns)
+                return run_boxed(lambda: function(ns), seconds, timed_out)
+            except CheckTimeout as timeout:
+                raise AssertionError(timed_out(timeout)) from None
             except NotImplementedError:
                 raise NotImplementedError(
                     f"{todo} · {title}：请先完成 {todo}（{method} 仍在 raise NotImplementedError）"
@@ -39,10 +47,19 @@ def check(points, title, says):
                 raise AssertionError(_titled(str(error), todo, title)) from None
 
         run.__name__, run.__doc__ = function.__name__, function.__doc__
-        run.points, run.title, run.says = points, title, says
+        run.points, run.title, run.says, run.seconds = points, title, says, seconds
         return run
 
     return wrap
+
+
+def _timed_out(heading, method, timeout):
+    """The message of a check whose box ended: the input `_call` was given, where there is one,
+    else the learner's call as it was; then where it stopped and the likely cause."""
+    calls = [f for f, _ in timeout.stop if f.f_code is _call.__code__]
+    where = calls[0].f_locals.get("where") if calls else None
+    text = timeout_text(timeout, lambda frame: frame.f_code.co_name == method, show_call=not where)
+    return f"{where or heading}：{text}"
 
 
 def _titled(text, todo, title):
