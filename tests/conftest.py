@@ -31,6 +31,9 @@ from grader.kit.authoring.nbsource import (  # noqa: E402
     strip_solution_markers,
 )
 from tests import fixtures  # noqa: E402
+from tests.fixtures.faults_hang import CHEAP_PAIR as HANG_PAIR  # noqa: E402
+
+HANG_PAIR_NAME = "hang-pair"  # graded_batch's submission with two faults that hang
 
 # Two tiers. `make test-fast` (`pytest -m "not slow"`) runs what needs no Jupyter kernel, no
 # nbgrader run and no browser: a maintainer's loop. `make test` runs everything. A test is slow
@@ -280,8 +283,9 @@ def mistake_packs(release, solutions):
 @pytest.fixture(scope="session")
 def graded_batch(fresh_build, tmp_path_factory):
     """Graded in one batch: the reference solution, the untouched release, every catalogued
-    mistake in a few packs (`pack-<n>`, `tests/fixtures/packing.py`), and the reference with
-    each TODO in turn left unfinished (`unfinished-todo<N>`)."""
+    mistake in a few packs (`pack-<n>`, `tests/fixtures/packing.py`), the reference with
+    each TODO in turn left unfinished (`unfinished-todo<N>`), and the reference with two TODOs
+    that never return (`hang-pair`, `tests/fixtures/faults_hang.py`)."""
     release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
     solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
     submissions = tmp_path_factory.mktemp("submissions")
@@ -297,6 +301,10 @@ def graded_batch(fresh_build, tmp_path_factory):
             unfinished_submission(release, solutions, todo),
             submissions / f"unfinished-todo{todo}.ipynb",
         )
+    hang_edits = [edit for fault in HANG_PAIR for edit in fault.edits]
+    nbformat.write(
+        filled_submission(release, solutions, hang_edits), submissions / f"{HANG_PAIR_NAME}.ipynb"
+    )
     report = tmp_path_factory.mktemp("report")
     run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course")
     assert run.returncode == 0, run.stderr[-3000:]

@@ -176,7 +176,7 @@ def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
     assert header[6:parts_end] == [part.key for part in PARTS]
     assert header[parts_end:-2] == todos + cells and header[-2:] == ["reason", "repairs"]
     packs = set(graded_batch["pack_of"].values())
-    assert len(graded_batch["rows"]) == len(packs) + 2 + len(ALL_TODOS)
+    assert len(graded_batch["rows"]) == len(packs) + 3 + len(ALL_TODOS)  # + hang-pair
 
 
 def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch):

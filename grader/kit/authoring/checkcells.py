@@ -332,13 +332,62 @@ def _declared(filename, name, call, where, totals) -> Check:
 
 
 def box_seconds() -> float:
-    """`BOX_SECONDS` of the time box (`_timebox.py`), read without running it: the box of every
-    check that does not say `seconds=`, and of every visible check."""
+    """`BOX_SECONDS` of the time box (`_timebox.py`): the box of every check that does not say
+    `seconds=`, and of every visible check."""
+    return timebox_constant("BOX_SECONDS")
+
+
+def timebox_constant(name: str) -> float:
+    """A number that `_timebox.py` sets (`BOX_SECONDS`, `_GRACE_SECONDS`, ...), read without
+    running it."""
     for node in _parse(TIMEBOX).body:
         if (
             isinstance(node, ast.Assign)
-            and [getattr(t, "id", None) for t in node.targets] == ["BOX_SECONDS"]
+            and [getattr(t, "id", None) for t in node.targets] == [name]
             and type(getattr(node.value, "value", None)) in (int, float)
         ):
             return node.value.value
-    raise SourceError(f"{TIMEBOX}: no BOX_SECONDS = <number>")
+    raise SourceError(f"{TIMEBOX}: no {name} = <number>")
+
+
+@dataclass(frozen=True)
+class TimeBoxes:
+    """Every time box of the notebook: what the grader's own limits are derived from."""
+
+    box: float  # a visible check's box, and a hidden one's unless it says seconds=
+    grace: float  # how long past its box a check whose code swallows the alarm may go on
+    hidden: tuple[float, ...]  # each grade cell's box
+    visible: tuple[int, ...]  # how many checks each visible cell runs (a box each)
+
+    @property
+    def total(self) -> float:
+        """Seconds the boxes take in a notebook whose every check runs its box out."""
+        return sum(self.hidden) + sum(self.visible) * self.box
+
+    @property
+    def longest_cell(self) -> float:
+        """Seconds the cell with the most boxes takes if each runs out and is swallowed."""
+        most = max([max(self.hidden, default=0.0), *(n * self.box for n in self.visible)])
+        return most + max(self.visible, default=1) * self.grace
+
+
+# A visible check is a function `check_todo<N>...()` or `visible_check_todo<N>...()` of a part
+# file; a cell runs those it defines.
+_VISIBLE_CHECK = re.compile(r"^def (?:visible_)?check_todo\d+\w*\(\):", re.M)
+
+
+def time_boxes() -> TimeBoxes:
+    """The notebook's time boxes, read from the check files and the part files."""
+    hidden = [
+        check.box for path in sorted(CHECKS_DIR.glob("[!_]*.py")) for check in declarations(path.name)
+    ]
+    visible = []
+    for part in sorted(CHECKS_DIR.parent.glob("part*.py")):
+        cells = re.split(r"^# %%", part.read_text(encoding="utf-8"), flags=re.M)
+        visible += [len(_VISIBLE_CHECK.findall(cell)) for cell in cells]
+    return TimeBoxes(
+        box_seconds(),
+        timebox_constant("_GRACE_SECONDS") + timebox_constant("_TICK_SECONDS"),
+        tuple(hidden),
+        tuple(n for n in visible if n),
+    )

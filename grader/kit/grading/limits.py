@@ -2,19 +2,34 @@
 
 The grader's address space, the kernel's, the submission's cgroups and the start line all read
 these (`Limits`); the command line's defaults are its fields' defaults.
+
+The two time limits are backstops. Inside the kernel every check has a time box of its own
+(`checks/_timebox.py`): a TODO that never returns costs its checks' boxes and the next check runs.
+The limits here are derived from those boxes (`derived_time_limits`), so that no number of faulty
+TODOs reaches them: the cell limit lets the cell with the most boxes run each one out, and the
+notebook limit lets every box of the notebook run out. Only code that no box can stop (C code
+that never checks for signals, a kernel that ignores interrupts) meets them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+# What the derivation adds to the boxes, both for a loaded machine (both cores busy):
+CELL_OWN_S = 20  # a cell's own work beside its boxes
+REFERENCE_S = 60  # the reference notebook's whole run, kernel start included (about 8 s quiet)
+SWALLOWED_BOXES = 10  # boxes whose alarm is swallowed, each going on for its grace
 
 
 @dataclass(frozen=True)
 class Limits:
     """What one submission may spend."""
 
-    cell_timeout_s: int = 60
-    notebook_timeout_s: int = 240
+    # `derived_time_limits(checkcells.time_boxes())`, written out so the command line starts
+    # without reading the source (test_faults_hang checks that they are still what it derives).
+    cell_timeout_s: int = 84
+    notebook_timeout_s: int = 451
     # The kernel's address space (torch alone maps about 1.5 GiB), and the memory the whole
     # submission may use (a memory cgroup: grader, kernel and all it starts).
     memory_bytes: int = 6 << 30
@@ -30,3 +45,12 @@ class Limits:
     def cgroup_caps(self) -> dict[str, int]:
         """controller -> the cap on a submission's cgroup (`sandbox.cgroups.make_groups`)."""
         return {"pids": self.processes, "memory": self.memory_bytes}
+
+
+def derived_time_limits(boxes) -> tuple[int, int]:
+    """(cell limit, notebook limit) in seconds for a notebook whose time boxes are `boxes` (a
+    `checkcells.TimeBoxes`): the longest cell's boxes run out and swallowed, plus the cell's own
+    work; every box of the notebook run out, a few of them swallowed, plus the reference's run."""
+    cell = boxes.longest_cell + CELL_OWN_S
+    notebook = REFERENCE_S + boxes.total + SWALLOWED_BOXES * boxes.grace
+    return math.ceil(cell), math.ceil(notebook)

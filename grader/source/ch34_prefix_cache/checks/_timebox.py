@@ -147,12 +147,12 @@ def timeout_text(timeout, prefer=None, show_call=True):
     if where is not None:
         frame, line = where
         owner = prefer(frame) if prefer else None
-        owner = f"（{owner}）" if isinstance(owner, str) else ""
-        text = f"{_call_text(frame)}{owner} {text}" if show_call else text
+        owner = f"（{owner}）" if isinstance(owner, str) else " "
+        text = f"{_call_text(frame)}{owner}{text}" if show_call else text
         source = linecache.getline(frame.f_code.co_filename, line).strip()
         if source:
             text += f"，停在 {frame.f_code.co_name} 的第 {line - frame.f_code.co_firstlineno + 1} 行：{source}"
-    if "sleep" in source:
+    if "sleep" in source and not timeout.swallowed:
         cause = "time.sleep 等得太久？"
     else:
         cause = "死循环？比如条件永远成立的 while：预算或计数没有减少，或循环变量没有前进。"
@@ -175,17 +175,21 @@ def _call_text(frame):
 def _shown(value, depth=0):
     """A short text for a value: plain data written out, anything else by its type's name (a
     learner's __repr__ is never called: it could loop too)."""
-    if type(value) in (int, float, bool, type(None)):
+    kind = type(value)
+    if kind in (int, float, bool, type(None)):
         text = repr(value)
-    elif type(value) is str:
+    elif kind is str:
         text = repr(value[:_SHOWN_CHARS])
-    elif type(value) in (list, tuple) and depth < 2:
-        inner = ", ".join(_shown(v, depth + 1) for v in value[:8])
-        more = ", ..." if len(value) > 8 else ""
-        text = f"[{inner}{more}]" if type(value) is list else f"({inner}{more})"
+    elif kind in (list, tuple, dict) and depth < 2:
+        if kind is dict:
+            items = [f"{_shown(k, 2)}: {_shown(v, depth + 1)}" for k, v in list(value.items())[:8]]
+        else:
+            items = [_shown(v, depth + 1) for v in value[:8]]
+        inner = ", ".join(items) + (", ..." if len(value) > 8 else "")
+        text = {list: "[{}]", tuple: "({})", dict: "{{{}}}"}[kind].format(inner)
     else:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 4] + " ...]"
+        text = f"<{kind.__name__}>"
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 4] + " ..."
 
 
 def _codes(*functions):
