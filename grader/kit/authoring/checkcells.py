@@ -361,14 +361,18 @@ class TimeBoxes:
 
     @property
     def total(self) -> float:
-        """Seconds the boxes take in a notebook whose every check runs its box out."""
+        """Seconds of boxes in a notebook whose every check runs its box out."""
         return sum(self.hidden) + sum(self.visible) * self.box
 
     @property
     def longest_cell(self) -> float:
-        """Seconds the cell with the most boxes takes if each runs out and is swallowed."""
-        most = max([max(self.hidden, default=0.0), *(n * self.box for n in self.visible)])
-        return most + max(self.visible, default=1) * self.grace
+        """Seconds of boxes in the cell with the most of them."""
+        return max([max(self.hidden, default=0.0), *(n * self.box for n in self.visible)])
+
+    @property
+    def most_in_a_cell(self) -> int:
+        """How many boxes the cell with the most of them has."""
+        return max([1, *self.visible])
 
 
 # A visible check is a function `check_todo<N>...()` or `visible_check_todo<N>...()` of a part

@@ -7,8 +7,10 @@ first visible check (each runner boxes each check). Standard library only; Pytho
 
 How a box ends code that does not return (SIGALRM, so Linux and macOS, in the main thread; where
 there is no SIGALRM, or off the main thread, the code runs without a box and nothing is said):
-1. After `seconds`, the alarm raises `CheckTimeout` where the code is (a `time.sleep` too).
-   It is a BaseException, so an `except Exception` in the learner's code lets it through.
+1. After `seconds` that the code ran or slept (time spent waiting for a CPU on a busy machine
+   does not count, where Linux says how much that was; at most `_WALL_CAP` times `seconds` of
+   wall time), the alarm raises `CheckTimeout` where the code is (in a `time.sleep` too). It is
+   a BaseException, so an `except Exception` in the learner's code lets it through.
 2. Swallowed (`except:` / `except BaseException:` around a loop's body): the alarm comes back
    every `_TICK_SECONDS` and, from then on, every line run below the box raises it again (a
    frame trace): an exception raised in an except clause's body leaves that `try`.
@@ -31,6 +33,7 @@ BOX_SECONDS = 4  # every check's box, unless its @check says seconds=; the refer
 EXIT_STATUS = 86  # the kernel's exit status when a box had to end it (step 3)
 _TICK_SECONDS = 0.1  # after the box: how often the alarm comes back while it is swallowed
 _GRACE_SECONDS = 3  # swallowed for this long after the box: end the kernel
+_WALL_CAP = 5  # a box ends after this many times its seconds of wall time, however busy the CPUs
 _SHOWN_CHARS = 60  # how much of each argument a message shows
 
 
@@ -63,6 +66,11 @@ def run_boxed(body, seconds=BOX_SECONDS, last_words=None):
         stack = _frames_below(frame, box_frame)
         if stack is None:  # the body has returned (or not started): nothing to stop
             return
+        if not state["alarms"]:  # the box counts time run or slept, not time spent waiting for a CPU
+            ran = time.monotonic() - state["armed"] - (_waited() - state["waited"])
+            if ran < seconds and time.monotonic() - state["armed"] < _WALL_CAP * seconds:
+                signal.setitimer(signal.ITIMER_REAL, max(seconds - ran, _TICK_SECONDS), _TICK_SECONDS)
+                return
         state["alarms"] += 1
         if state["alarms"] == 1:
             state["began"], state["stop"] = time.monotonic(), stack
@@ -77,6 +85,7 @@ def run_boxed(body, seconds=BOX_SECONDS, last_words=None):
     on_alarm.time_box = True
     previous = (signal.getsignal(signal.SIGALRM), sys.gettrace())
     signal.signal(signal.SIGALRM, on_alarm)
+    state["armed"], state["waited"] = time.monotonic(), _waited()
     previous_timer = signal.setitimer(signal.ITIMER_REAL, seconds, _TICK_SECONDS)
     try:
         result, error = body(), None
@@ -98,6 +107,16 @@ def _restore(handler, trace, timer):
     signal.signal(signal.SIGALRM, signal.SIG_DFL if handler is None else handler)
     if timer[0]:
         signal.setitimer(signal.ITIMER_REAL, *timer)
+
+
+def _waited():
+    """Seconds this thread has spent runnable but waiting for a CPU (Linux's schedstat); 0.0 where
+    that is not known, and the box is then wall-clock time."""
+    try:
+        with open("/proc/thread-self/schedstat") as stats:
+            return int(stats.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def _frames_below(frame, box_frame):
@@ -200,4 +219,4 @@ def _codes(*functions):
     return frozenset(found)
 
 
-_OWN_CODE = _codes(run_boxed, _restore, _frames_below, _end_kernel, CheckTimeout.__init__)
+_OWN_CODE = _codes(run_boxed, _restore, _waited, _frames_below, _end_kernel, CheckTimeout.__init__)
