@@ -68,7 +68,9 @@ def run_boxed(body, seconds=BOX_SECONDS, last_words=None):
             return
         if not state["alarms"]:  # the box counts time run or slept, not time spent waiting for a CPU
             ran = time.monotonic() - state["armed"] - (_waited() - state["waited"])
-            if ran < seconds and time.monotonic() - state["armed"] < _WALL_CAP * seconds:
+            importing = any(f.f_code.co_filename.startswith("<frozen importlib") for f, _ in stack)
+            if (ran < seconds or importing) and time.monotonic() - state["armed"] < _WALL_CAP * seconds:
+                # not yet, or inside an import (ended there, a module such as torch stays half made)
                 signal.setitimer(signal.ITIMER_REAL, max(seconds - ran, _TICK_SECONDS), _TICK_SECONDS)
                 return
         state["alarms"] += 1
