@@ -93,8 +93,15 @@ def collect(workdir: Path, submission, student_id: str, ended, limits: Limits) -
             submission, "flagged", reason, scores=zeroed, repairs=repairs,
             autograded=result["autograded"],
         )  # fmt: skip
+    # The kernel ended under some cells and the rest were graded in a fresh one (`resume.py`).
+    faults = "; ".join(result.get("faults", []))
     return Outcome.of(
-        submission, "graded", scores=scores, repairs=repairs, autograded=result["autograded"]
+        submission,
+        "graded",
+        faults,
+        scores=scores,
+        repairs=repairs,
+        autograded=result["autograded"],
     )
 
 
