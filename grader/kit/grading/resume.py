@@ -28,6 +28,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 
 from ..authoring.nbsource import nbgrader_meta, todo_number
+from ..report.causes import CellError, definition_errors
 from .faults import KernelFault, kind_of_death, oom_kill_count
 
 # More restarts than this and the notebook is given up as nbgrader would (the notebook's own
@@ -39,6 +40,7 @@ class ResumingExecute(Execute):
     """Execute every cell; on a dead or unstoppable kernel, record and resume (module docstring)."""
 
     faults: list[KernelFault] = []  # of the last notebook this process ran
+    causes: list[CellError] = []  # its answer cells that did not run (`report/causes.py`)
     cgroups: tuple = ()  # the submission's cgroups, where the memory killer's count is read
     _failed_restore: int | None = None  # the cell whose re-run ended the kernel
 
@@ -54,6 +56,7 @@ class ResumingExecute(Execute):
                 raise DeadKernelError(f"the kernel ended {len(skipped)} times")
             start = self._run_from(start, resources, skipped)
         self.set_widgets_metadata()
+        type(self).causes = definition_errors(self.nb)
         return self.nb, self.resources
 
     def _run_from(self, start: int, resources, skipped: set[int]) -> int | None:

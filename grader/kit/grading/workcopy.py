@@ -93,7 +93,8 @@ def collect(workdir: Path, submission, student_id: str, ended, limits: Limits) -
             submission, "flagged", reason, scores=zeroed, repairs=repairs,
             autograded=result["autograded"],
         )  # fmt: skip
-    # The kernel ended under some cells and the rest were graded in a fresh one (`resume.py`).
+    # Answer cells that did not run, and cells under which the kernel ended and after which
+    # the rest were graded in a fresh one (`resume.py`).
     faults = "; ".join(result.get("faults", []))
     return Outcome.of(
         submission,
