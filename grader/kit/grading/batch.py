@@ -242,18 +242,27 @@ def fault_in(outcomes: list[Outcome]) -> str | None:
 
     Counted among the submissions that reached a kernel (a file rejected before grading says
     nothing about the grader): once there are FAULT_AFTER of them, and FAULT_SHARE of them
-    ended with the same grader-side status and reason.
+    ended with the same grader-side status and reason, or had their kernel end in the same
+    cell the same way (graded around it by `resume.py`, but the same death everywhere is more
+    likely the grader's limits than every learner's code).
     """
     ran = [o for o in outcomes if o.status in FAULT_STATUSES + ("graded", "flagged", "timeout")]
     if len(ran) < FAULT_AFTER:
         return None
-    same = Counter(
-        (o.status, scrub_paths(o.reason)) for o in ran if o.status in FAULT_STATUSES
-    ).most_common(1)
+    same = Counter(key for key in map(fault_key, ran) if key).most_common(1)
     if not same or same[0][1] < FAULT_SHARE * len(ran):
         return None
     (status, reason), count = same[0]
     return f"{count} of the {len(ran)} submissions run so far ended {status}: {reason}"
+
+
+def fault_key(outcome: Outcome) -> tuple[str, str] | None:
+    """(status, reason) of a failure that may be the grader's, or None."""
+    if outcome.status in FAULT_STATUSES:
+        return outcome.status, scrub_paths(outcome.reason)
+    if outcome.faults:
+        return "kernel_died", scrub_paths(outcome.faults[0])
+    return None
 
 
 def progress_line(outcome: Outcome, outcomes: list, total: int, columns, jobs: int) -> str:

@@ -134,11 +134,11 @@ def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
         notebook = gradebook.find_submission_notebook(paths.NOTEBOOK_ID, ASSIGNMENT, student_id)
         scores = {grade.name: (grade.score, grade.max_score) for grade in notebook.grades}
     autograded = paths.autograded_notebook(course, student_id)
-    faults = [c.reason for c in ResumingExecute.causes] + summary(ResumingExecute.faults)
     return {
         "status": "graded",
         "scores": scores,
         "seconds": seconds,
         "autograded": str(autograded),
-        "faults": faults,
+        "causes": [cause.reason for cause in ResumingExecute.causes],
+        "faults": summary(ResumingExecute.faults),
     }

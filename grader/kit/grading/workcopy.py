@@ -95,11 +95,12 @@ def collect(workdir: Path, submission, student_id: str, ended, limits: Limits) -
         )  # fmt: skip
     # Answer cells that did not run, and cells under which the kernel ended and after which
     # the rest were graded in a fresh one (`resume.py`).
-    faults = "; ".join(result.get("faults", []))
+    faults = result.get("faults", [])
     return Outcome.of(
         submission,
         "graded",
-        faults,
+        "; ".join(result.get("causes", []) + faults),
+        faults=faults,
         scores=scores,
         repairs=repairs,
         autograded=result["autograded"],
