@@ -243,6 +243,7 @@ def grade_sandboxed(intake, args, settings) -> int:
     from .grading.preflight import write_reference
     from .grading.resumable import left_to_grade
     from .report import grades
+    from .report.faultlines import console_lines
     from .report.writer import stale_ids
 
     stale = stale_ids(intake, args.report)
@@ -271,6 +272,9 @@ def grade_sandboxed(intake, args, settings) -> int:
             intake=intake,
         )
     print(grades.summary_table(outcomes, grades.read_grades(args.report / GRADES)[1]))
+    faults = console_lines(outcomes)
+    if faults:
+        print(faults)
     intake.write_csv(args.report / INTAKE, {o.student_id: o.status for o in outcomes})
     if intake.skipped:
         print(intake.not_graded())

@@ -23,21 +23,21 @@ TIMEBOX_EXIT_CODE = 86
 # What ended the kernel, by kind: (the instructor's words, the learner's words).
 KINDS = {
     "timebox": (
-        "did not return within its time box (the kernel was ended)",
+        "did not return within its time box",
         "在时间上限内没有返回（死循环？例如预算从不减少的 while 循环，或吞掉了所有异常的循环），"
         "评分程序只好结束了内核",
     ),
     "hang": (
-        "did not finish within {timeout} s and ignored the interrupt (the kernel was killed)",
+        "hung past {timeout} s, ignoring the interrupt",
         "{timeout} 秒内没有结束，也无法中断（死循环里捕获了 KeyboardInterrupt 或所有异常？），"
         "评分程序只好结束了内核",
     ),
     "memory": (
-        "ran past the memory limit (the kernel was killed)",
+        "ran past the memory limit",
         "运行时内存超过了上限，内核被结束（列表、字典或张量在无限增长？）",
     ),
     "segfault": (
-        "crashed the kernel (segmentation fault)",
+        "crashed the kernel (segfault)",
         "运行时内核崩溃（段错误：例如 ctypes 访问了非法地址）",
     ),
     "signal": (
@@ -45,7 +45,7 @@ KINDS = {
         "运行时内核被信号 {code} 结束",
     ),
     "exit": (
-        "ended the kernel (exit status {code}: os._exit, or native code calling exit)",
+        "ended the kernel (exit status {code}: os._exit?)",
         "运行时内核退出（退出码 {code}：os._exit 或原生代码调用了 exit）",
     ),
 }
@@ -57,7 +57,7 @@ FIND_IT = (
 
 @dataclass
 class KernelFault:
-    """The kernel ended while cell `index` (`label`: its grade_id, or "cell N") ran."""
+    """The kernel ended while cell `index` (`label`: its grade_id, or "#N") ran."""
 
     index: int
     label: str
@@ -133,19 +133,19 @@ def oom_kill_count(groups) -> int:
 
 
 def summary(faults: list[KernelFault]) -> list[str]:
-    """The instructor's lines for `faults`: one per TODO (or other cell) and kind of end, with
-    the checks it cost: `TODO 12 ended the kernel (exit status 3: ...) in 5 checks`."""
-    grouped: dict[tuple, list[str]] = {}
+    """The instructor's lines for `faults`, one per TODO (or other cell) and kind of end, the
+    TODOs first: `TODO 12 ended the kernel (exit status 3: os._exit?) in 5 checks`."""
+    grouped: dict[tuple, list[KernelFault]] = {}
     for fault in faults:
-        key = (fault.todo, fault.label if fault.todo is None else "", fault.kind, fault.code)
-        grouped.setdefault(key, []).append(fault)
+        key = (fault.todo is None, fault.todo or 0, fault.label if fault.todo is None else "")
+        grouped.setdefault(key + (fault.kind, fault.code), []).append(fault)
     lines = []
-    for same in grouped.values():
+    for _, same in sorted(grouped.items(), key=lambda item: item[0][:3]):
         first = same[0]
         if first.todo is None:
-            lines.append(first.reason)
+            lines.append(f"cell {first.reason}")
             continue
         what = KINDS[first.kind][0].format(code=first.code, timeout=first.timeout)
-        checks = ", ".join(f.label for f in same)
-        lines.append(f"TODO {first.todo} {what} in {len(same)} check(s): {checks}")
+        checks = f"{len(same)} checks" if len(same) > 1 else first.label
+        lines.append(f"TODO {first.todo} {what} in {checks}")
     return lines

@@ -99,7 +99,7 @@ class ResumingExecute(Execute):
         if self._failed_restore is not None:
             index, self._failed_restore = self._failed_restore, None
         meta = nbgrader_meta(self.nb.cells[index])
-        label = meta.get("grade_id") or f"cell {index}"
+        label = meta.get("grade_id") or f"#{index}"
         todo = todo_number(label) if meta.get("grade") else None
         if isinstance(error, CellTimeoutError) and self._kernel_alive():
             return KernelFault(index, label, todo, "hang", timeout=self.timeout)
