@@ -15,12 +15,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
 
 from grader.kit.authoring.examples import filled_submission
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME, todo_number
+from grader.kit.errors import WrongExport
+from grader.kit.grading.batch import check_export, progress_line
+from grader.kit.grading.faults import TIMEBOX_EXIT_CODE, KernelFault, kind_of_death, summary
+from grader.kit.grading.outcome import Outcome
 from grader.kit.report.scores import grade_columns
 from tests.conftest import (
     REPO_ROOT,
@@ -34,8 +39,6 @@ from tests.fixtures import faults_crash
 from tests.fixtures.adversarial import ATTACK_LIMITS, another_assignment
 from tests.test_adversarial import wait_for_no_process_with
 from tests.test_grader_faults import snapshot
-
-pytestmark = pytest.mark.slow
 
 # Columns that name the file or the run, not what the notebook earned.
 RUN_COLUMNS = {"student_id", "source", "late", "reason"}
@@ -226,3 +229,53 @@ def test_every_crash_in_the_catalogue_costs_only_its_own_todo(fresh_build, tmp_p
             assert any(float(row[g]) < p for g, p in columns if todo_number(g) == todo), row
     assert wait_for_no_process_with(f"sleep\0{faults_crash.SLEEPER_SECONDS}\0") == []
     assert wait_for_no_process_with(str(tmp_path)) == []
+
+
+# Without a kernel (the fast tier): how an end is read, summed up and shown.
+
+
+@pytest.mark.parametrize(
+    "code, oom_kills, kind",
+    [
+        (TIMEBOX_EXIT_CODE, 0, "timebox"),
+        (256 - 11, 0, "segfault"),  # the zygote's monitor: waitstatus_to_exitcode & 0xFF
+        (128 + 11, 0, "segfault"),  # bubblewrap
+        (-11, 0, "segfault"),
+        (256 - 9, 0, "memory"),
+        (3, 0, "exit"),
+        (0, 1, "memory"),  # the cgroup counted a kill: whatever the status says
+        (None, 0, "exit"),
+    ],
+)
+def test_a_kernels_exit_status_reads_as_its_cause(code, oom_kills, kind):
+    assert kind_of_death(code, oom_kills)[0] == kind
+
+
+def test_faults_are_summed_up_once_per_todo_with_the_todos_first():
+    faults = [
+        KernelFault(3, "visible_todo11_14", None, "exit", 3),
+        *(KernelFault(9 + n, f"test_todo12_{n}", 12, "exit", 3) for n in range(5)),
+        KernelFault(20, "test_todo17_budget", 17, "timebox", TIMEBOX_EXIT_CODE),
+    ]
+    assert summary(faults) == [
+        "TODO 12 ended the kernel (exit status 3: os._exit?) in 5 checks",
+        "TODO 17 did not return within its time box in test_todo17_budget",
+        "cell visible_todo11_14 ended the kernel (exit status 3: os._exit?)",
+    ]
+    assert faults[-1].learner_text.startswith("TODO 17：在时间上限内没有返回")
+
+
+def test_the_progress_line_shows_the_assignments_maximum_for_a_row_without_scores():
+    empty = Outcome("dora", "empty_file")
+    line = progress_line(
+        empty, [empty], 3, [("test_todo1_basic", 4.0), ("test_todo2_basic", 6.0)], 2
+    )
+    assert "0/10" in line and "ETA    0 s" in line
+
+
+def test_an_export_of_mostly_another_assignment_is_refused_and_a_few_wrong_files_are_not():
+    graded = [Outcome(f"s{n}", "graded") for n in range(3)]
+    wrong = [Outcome(f"w{n}", "wrong_assignment") for n in range(4)]
+    with pytest.raises(WrongExport, match=r"4 of the 7 files .*\(4 wrong_assignment\)"):
+        check_export(graded + wrong, None, Path("report"))
+    check_export(graded + wrong[:3], None, Path("report"))  # not most: graded, rows say why

@@ -261,7 +261,8 @@ def fault_key(outcome: Outcome) -> tuple[str, str] | None:
     if outcome.status in FAULT_STATUSES:
         return outcome.status, scrub_paths(outcome.reason)
     if outcome.faults:
-        return "kernel_died", scrub_paths(outcome.faults[0])
+        status = "timeout" if "(interrupted)" in outcome.faults[0] else "kernel_died"
+        return status, scrub_paths(outcome.faults[0])
     return None
 
 

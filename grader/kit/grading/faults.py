@@ -28,9 +28,13 @@ KINDS = {
         "评分程序只好结束了内核",
     ),
     "hang": (
-        "hung past {timeout} s, ignoring the interrupt",
+        "hung past {timeout} s and ignored the interrupt",
         "{timeout} 秒内没有结束，也无法中断（死循环里捕获了 KeyboardInterrupt 或所有异常？），"
         "评分程序只好结束了内核",
+    ),
+    "interrupted": (
+        "did not finish within {timeout} s (interrupted)",
+        "{timeout} 秒内没有结束，评分程序中断了它（死循环？例如预算从不减少的 while 循环）",
     ),
     "memory": (
         "ran past the memory limit",
@@ -50,9 +54,10 @@ KINDS = {
     ),
 }
 FIND_IT = (
-    "其余的检查已在新的内核中继续评分。在 Jupyter 或 Colab 中“重启并运行全部单元格”，"
-    "再单独运行这个 TODO 的可见检查，就能看到是哪一格、哪个输入出的问题。"
+    "在 Jupyter 或 Colab 中“重启并运行全部单元格”，再单独运行这个 TODO 的可见检查，"
+    "就能看到是哪一格、哪个输入出的问题。"
 )
+RESUMED = "其余的检查已在新的内核中继续评分。"
 
 
 @dataclass
@@ -78,7 +83,8 @@ class KernelFault:
         """What the learner reads under the TODO (Chinese)."""
         what = KINDS[self.kind][1].format(code=self.code, timeout=self.timeout)
         who = f"TODO {self.todo}" if self.todo is not None else f"单元格 {self.label}"
-        return f"{who}：{what}。{FIND_IT}"
+        resumed = "" if self.kind == "interrupted" else RESUMED  # the same kernel went on
+        return f"{who}：{what}。{resumed}{FIND_IT}"
 
 
 def kind_of_death(code: int | None, oom_kills: int) -> tuple[str, int | None]:

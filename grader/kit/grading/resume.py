@@ -72,6 +72,7 @@ class ResumingExecute(Execute):
                 self._restore(start, skipped)
                 for index in range(start, len(self.nb.cells)):
                     self.preprocess_cell(self.nb.cells[index], resources, index)
+                    self._explain_interrupt(index)
                 return None
             except (DeadKernelError, CellTimeoutError) as error:
                 fault = self._fault(index, error, oom_kill_count(self.cgroups) - kills_before)
@@ -80,6 +81,20 @@ class ResumingExecute(Execute):
         type(self).faults.append(fault)
         self.nb.cells[fault.index].setdefault("outputs", []).append(error_output(fault))
         return fault.index + 1 if fault.index + 1 < len(self.nb.cells) else None
+
+    def _explain_interrupt(self, index: int) -> None:
+        """A cell interrupted at its time limit (the kernel lived on) gets, first, an error that
+        says so under its TODO, and counts as a fault: not only nbclient's `CellTimeoutError`."""
+        cell = self.nb.cells[index]
+        outputs = cell.get("outputs", [])
+        if not any(o.get("ename") == "CellTimeoutError" for o in outputs):
+            return
+        meta = nbgrader_meta(cell)
+        label = meta.get("grade_id") or f"#{index}"
+        todo = todo_number(label) if meta.get("grade") else None
+        fault = KernelFault(index, label, todo, "interrupted", timeout=self.timeout)
+        type(self).faults.append(fault)
+        outputs.insert(0, error_output(fault))
 
     def _restore(self, before: int, skipped: set[int]) -> None:
         """Re-run, quietly, what the cells from `before` on need from those above them."""
@@ -126,7 +141,7 @@ def error_output(fault: KernelFault) -> NotebookNode:
     page quotes it under the TODO (`report/feedback.py`)."""
     return NotebookNode(
         output_type="error",
-        ename="超时" if fault.kind in ("timebox", "hang") else "内核退出",
+        ename="超时" if fault.kind in ("timebox", "hang", "interrupted") else "内核退出",
         evalue=fault.learner_text,
         traceback=[fault.learner_text],
     )

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import re
 
+from ..grading.faults import KINDS
 from .formats import esc
 
-# The lines of a `reason` that name a TODO that hung or crashed, or an answer cell that did not run.
-FAULT_LINE = re.compile(
-    r"^(TODO \d+ (did not return|hung past|ran past the memory|crashed the kernel|killed the "
-    r"kernel|ended the kernel)|cell .* (did not return|hung past|ran past|crashed|killed|ended)"
-    r"|the TODO [\d, -]+ cell .* did not run)"
-)
+# The lines of a `reason` that name a TODO (or another cell) that hung or crashed
+# (`faults.summary`), or an answer cell that did not run (`causes.CellError.reason`).
+_ENDS = "|".join(re.escape(what.split("{")[0].strip()) for what, _ in KINDS.values())
+FAULT_LINE = re.compile(rf"^((TODO \d+|cell \S+) ({_ENDS})|the TODO [\d, -]+ cell .* did not run)")
 
 
 def fault_lines(reason: str) -> list[str]:
@@ -32,8 +31,8 @@ def console_lines(outcomes) -> str:
     ]
     if not lines:
         return ""
-    head = "graded around a TODO that hung, crashed or did not run (the rest of each notebook ran"
-    return "\n".join([f"{head} in a fresh kernel; the TODO's checks lost their points):", *lines])
+    head = "graded around a TODO that hung, crashed or did not run (only its checks lost points):"
+    return "\n".join([head, *lines])
 
 
 def summary_section(rows: list[dict]) -> str:
@@ -47,6 +46,6 @@ def summary_section(rows: list[dict]) -> str:
         return ""
     return (
         "<h2>超时或崩溃的 TODO / TODOs that hung or crashed</h2>"
-        "<p>其余检查已在新的内核中评分 / the rest was graded in a fresh kernel.</p>"
+        "<p>只有这些 TODO 的检查失分，其余照常评分 / only these TODOs' checks lost points.</p>"
         f"<table><tr><th>student</th><th>what</th></tr>{items}</table>"
     )
