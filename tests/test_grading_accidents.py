@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from grader.kit.authoring.examples import filled_submission
-from grader.kit.authoring.nbsource import NOTEBOOK_NAME, todo_number
+from grader.kit.authoring.nbsource import NOTEBOOK_NAME, nbgrader_meta, todo_number
 from grader.kit.errors import WrongExport
 from grader.kit.grading.batch import check_export, progress_line
 from grader.kit.grading.faults import TIMEBOX_EXIT_CODE, KernelFault, kind_of_death, summary
@@ -40,6 +40,9 @@ from tests.fixtures.adversarial import ATTACK_LIMITS, another_assignment
 from tests.test_adversarial import wait_for_no_process_with
 from tests.test_grader_faults import snapshot
 
+DIES_WHEN_RUN_AGAIN = (
+    "import os\nif os.path.exists('ran-once'):\n    os._exit(5)\nopen('ran-once', 'w').close()"
+)
 # Columns that name the file or the run, not what the notebook earned.
 RUN_COLUMNS = {"student_id", "source", "late", "reason"}
 
@@ -66,6 +69,10 @@ def accidents(fresh_build, tmp_path_factory):
     crash = faults_crash.submission(
         release, solutions, faults_crash.REPRESENTATIVE, todo_region_changed
     )
+    # and a scratch cell that ends the kernel only when it runs again (its working directory
+    # outlives the kernel): the restore after TODO 12's end meets it, and must go on past it.
+    first_check = next(i for i, c in enumerate(crash.cells) if nbgrader_meta(c).get("grade"))
+    crash.cells.insert(first_check, nbformat.v4.new_code_cell(DIES_WHEN_RUN_AGAIN))
     nbformat.write(crash, submissions / "bob.ipynb")
     broken, line = syntax_error(release, solutions)
     nbformat.write(broken, submissions / "carol.ipynb")
@@ -98,6 +105,7 @@ def test_a_kernel_ended_by_os_exit_costs_only_the_todo_that_ended_it(accidents):
         else:
             assert float(bob[grade_id]) == float(alice[grade_id]) == points, grade_id
     assert f"TODO {todo} ended the kernel (exit status 3" in bob["reason"]
+    assert re.search(r"cell #\d+ ended the kernel \(exit status 5", bob["reason"]), bob["reason"]
     # The console's table names the TODO too.
     assert re.search(
         rf"^bob .* graded .*TODO {todo} ended the kernel", accidents["run"].stdout, re.M

@@ -80,6 +80,8 @@ class ResumingExecute(Execute):
         skipped.add(fault.index)
         type(self).faults.append(fault)
         self.nb.cells[fault.index].setdefault("outputs", []).append(error_output(fault))
+        if fault.index < start:  # a cell above, re-run to restore: resume where we were
+            return start
         return fault.index + 1 if fault.index + 1 < len(self.nb.cells) else None
 
     def _explain_interrupt(self, index: int) -> None:
