@@ -8,6 +8,13 @@ ROSTER      ?=
 # A regex is passed through the environment untouched: make and the shell expand no `$` in it.
 export CH34_NAME_PATTERN := $(value NAME_PATTERN)
 REPORT      ?= report
+# Limits of one submission (`make autograde CELL_TIMEOUT=120`); empty: the kit's defaults
+# (grading/limits.py). The chosen ones are passed on as --cell-timeout, --notebook-timeout, --memory-gb.
+CELL_TIMEOUT     ?=
+NOTEBOOK_TIMEOUT ?=
+MEMORY_GB        ?=
+LIMIT_FLAGS := $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT)) \
+  $(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT)) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB))
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
@@ -72,8 +79,8 @@ intake: $(STAMP)
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 autograde: $(STAMP) sandbox build/grading-course/gradebook.db
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>]" >&2; exit 2; }
-	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) \
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>] [CELL_TIMEOUT=<s>] [NOTEBOOK_TIMEOUT=<s>] [MEMORY_GB=<GiB>]" >&2; exit 2; }
+	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) $(LIMIT_FLAGS) \
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 # One pytest worker a core (pytest-xdist). A test module runs whole on one worker (`--dist

@@ -93,25 +93,34 @@ def todo_of_region(cell, before: str) -> int:
 
 def unfinished_submission(release, solutions, todo: int):
     """The reference answers with one TODO left as the release has it (`raise NotImplementedError()`)."""
-    stubbed = {}
+    return todo_region_changed(
+        release, solutions, todo, lambda indent, _code: f"{indent}raise NotImplementedError()\n"
+    )
+
+
+def todo_region_changed(release, solutions, todo: int, change):
+    """The reference answers with TODO `todo`'s solution region replaced by
+    `change(indent, region)`: `indent` is the region's, `region` its code without the markers."""
+    changed = {}
     for cell in read_source().cells:
         if not nbgrader_meta(cell).get("solution"):
             continue
 
-        def stub(match, cell=cell):
+        def edit(match, cell=cell):
             if todo_of_region(cell, cell.source[: match.start()]) != todo:
                 return match.group(0)
-            return f"{match.group(1)}raise NotImplementedError()\n"
+            region = strip_solution_markers(match.group(0))
+            return change(match.group(1), region)
 
-        text = _REGION.sub(stub, cell.source)
+        text = _REGION.sub(edit, cell.source)
         if text != cell.source:
-            stubbed[nbgrader_meta(cell)["grade_id"]] = strip_solution_markers(text).rstrip("\n")
-    assert stubbed, f"no solution region answers TODO {todo}"
+            changed[nbgrader_meta(cell)["grade_id"]] = strip_solution_markers(text).rstrip("\n")
+    assert changed, f"no solution region answers TODO {todo}"
     nb = filled_submission(release, solutions)
     for cell in nb.cells:
         grade_id = nbgrader_meta(cell).get("grade_id")
-        if grade_id in stubbed:
-            cell.source = stubbed[grade_id]
+        if grade_id in changed:
+            cell.source = changed[grade_id]
     return nb
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -63,6 +64,8 @@ from .sandbox.zygote_client import Zygote
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    # A killed job ends like Ctrl-C: what was graded is kept (`grading/resumable.py`).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
     sandbox = not args.intake_only and not args.no_sandbox and sandbox_available()
     zygote = Zygote(kernel_threads(max(1, args.jobs))) if sandbox and not args.no_zygote else None
@@ -75,6 +78,9 @@ def main(argv=None) -> int:
             return grade_intake(intake, args, limits, sandbox, zygote)
     except KitError as error:
         return exit_with(error)
+    except KeyboardInterrupt:  # before or after the batch: nothing was written by this run
+        print("interrupted: nothing was written by this run", file=sys.stderr)
+        return 130
     finally:
         if zygote is not None:
             zygote.stop()
@@ -132,7 +138,14 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--keep-going",
         action="store_true",
-        help="grade every submission even when most fail the same way on the grader's side",
+        help="grade every submission even when most fail the same way on the grader's side, "
+        "and write the report even when most files are not this assignment's notebooks",
+    )
+    parser.add_argument(
+        "--replace-graded",
+        action="store_true",
+        help="let a status that is no grade (timeout, wrong file...) replace a grade an "
+        "earlier run wrote for the same student",
     )
     return parser
 
@@ -208,6 +221,7 @@ def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | N
         zygote=serving,
         sandbox_kind=sandbox_kind(sandbox, serving),
         stop_on_fault=not args.keep_going,
+        replace_graded=args.replace_graded,
     )
     return grade_sandboxed(intake, args, settings)
 
@@ -227,7 +241,9 @@ def grade_sandboxed(intake, args, settings) -> int:
     """The rest of `grade_intake`, once the sandbox is chosen, tried and announced."""
     from .grading.batch import grade_all  # see the imports
     from .grading.preflight import write_reference
+    from .grading.resumable import left_to_grade
     from .report import grades
+    from .report.faultlines import console_lines
     from .report.writer import stale_ids
 
     stale = stale_ids(intake, args.report)
@@ -238,10 +254,17 @@ def grade_sandboxed(intake, args, settings) -> int:
             "submissions go):\n" + "\n".join(f"  {sid}: {now}" for sid, now in stale.items()),
             file=sys.stderr,
         )
+    submissions, done = left_to_grade(intake.submissions, args.report)
+    if done:
+        print(
+            f"{len(done)} submissions were graded by an interrupted run into {args.report} and "
+            f"are kept; grading the {len(submissions)} left",
+            file=sys.stderr,
+        )
     with tempfile.TemporaryDirectory(prefix="ch34-preflight-") as scratch:
         reference = write_reference(args.course, Path(scratch))
         outcomes = grade_all(
-            intake.submissions,
+            submissions,
             args.report,
             settings,
             reference=reference,
@@ -249,6 +272,9 @@ def grade_sandboxed(intake, args, settings) -> int:
             intake=intake,
         )
     print(grades.summary_table(outcomes, grades.read_grades(args.report / GRADES)[1]))
+    faults = console_lines(outcomes)
+    if faults:
+        print(faults)
     intake.write_csv(args.report / INTAKE, {o.student_id: o.status for o in outcomes})
     if intake.skipped:
         print(intake.not_graded())

@@ -55,6 +55,11 @@ class IntakeError(KitError):
     prefix = "error: "
 
 
+class WrongExport(IntakeError):
+    """Most files of the input are not this assignment's notebooks of known students: the wrong
+    export, most likely. Raised before anything is written into the report."""
+
+
 class RosterError(IntakeError):
     """The roster cannot be used; the message says what to fix."""
 

@@ -11,8 +11,8 @@ batch stops. Either way `GraderFault` is raised and nothing is written into REPO
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +21,7 @@ from typing import TextIO
 import nbformat
 
 from .. import paths
-from ..errors import GraderFault, NoGradingCourse
+from ..errors import GraderFault, NoGradingCourse, WrongExport
 from ..intake.inventory import Submission
 from ..report import scores
 from ..report.feedback import scrub_paths
@@ -31,12 +31,15 @@ from .limits import Limits
 from .outcome import Outcome
 from .pool import GraderPool
 from .preflight import REFERENCE_ID, judge_preflight
+from .resumable import Interrupted, finished, record_kept
 from .workcopy import collect, internal_id, prepare
 
 # Statuses that may be the grader's fault rather than the notebook's.
 FAULT_STATUSES = ("kernel_died", "grader_crash", "grader_error")
 FAULT_AFTER = 6  # submissions run in a kernel before a batch judges its own health
 FAULT_SHARE = 0.75  # this share of them failing the same way stops the batch
+# Files that say the input is another assignment's export, not this class's accidents.
+WRONG_EXPORT_STATUSES = ("wrong_assignment", "not_a_notebook")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class BatchSettings:
     zygote: object = None
     sandbox_kind: str = ""
     stop_on_fault: bool = True
+    replace_graded: bool = False  # a non-grade status may replace an earlier run's grade
     progress: TextIO = sys.stderr
 
 
@@ -87,10 +91,63 @@ def grade_all(
     batch = Batch(submissions, report_dir, settings, release, writer, reference)
     warm_up(release)
     batch.run(course)
+    if batch.interrupted and batch.held is not None:
+        raise Interrupted(
+            "before the preflight had passed: nobody was graded and nothing was written into "
+            f"{report_dir}. Run the same command again."
+        )
     outcomes = sorted(batch.outcomes, key=lambda o: o.student_id)
+    if settings.stop_on_fault:
+        check_export(outcomes, intake, report_dir)
     # Written only now: a stopped batch leaves no page, no row and no notebook in REPORT.
-    writer.write(outcomes, course, settings.progress, replaced)
+    with signals_deferred():
+        writer.write(outcomes, course, settings.progress, replaced, settings.replace_graded)
+        if batch.interrupted:
+            record_kept(report_dir, submissions, outcomes)
+        else:
+            finished(report_dir)
+    if batch.interrupted:
+        left = len(submissions) - len(outcomes)
+        raise Interrupted(
+            f"{len(outcomes)} of {len(submissions)} submissions were graded and are kept in "
+            f"{report_dir} (grades.csv, feedback pages, the nbgrader course). Run the same "
+            f"command again to grade the {left} left: the files already graded are skipped "
+            "unless their content changed."
+        )
     return outcomes
+
+
+def check_export(outcomes: list[Outcome], intake, report_dir: Path) -> None:
+    """Raise `WrongExport` when most files are not this assignment's notebooks (another
+    assignment's, not notebooks at all) or belong to no known student."""
+    unknown = len(intake.unknown()) if intake is not None else 0
+    wrong = Counter(o.status for o in outcomes if o.status in WRONG_EXPORT_STATUSES)
+    total = len(outcomes) + unknown
+    bad = sum(wrong.values()) + unknown
+    if not total or bad * 2 <= total:
+        return
+    seen = [f"{n} {status}" for status, n in wrong.most_common()]
+    seen += [f"{unknown} of no known student"] if unknown else []
+    raise WrongExport(
+        f"{bad} of the {total} files are not this assignment's notebooks of known students "
+        f"({', '.join(seen)}): is this the right export? Nothing was written into "
+        f"{report_dir}. Check the file (intake.csv is written by `make intake`), or, if these "
+        "files really are this assignment's, pass --keep-going."
+    )
+
+
+class signals_deferred:
+    """SIGINT and SIGTERM wait while REPORT is written: an interrupt lands after it, and is then
+    ignored (the run has nothing left to stop)."""
+
+    def __enter__(self):
+        self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+    def __exit__(self, *exc):
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.old)
+        except KeyboardInterrupt:
+            pass
 
 
 class Batch:
@@ -109,7 +166,8 @@ class Batch:
         # Progress lines waiting for the preflight's verdict; None once there is none to wait for.
         self.held = [] if reference is not None else None
         self.outcomes: list[Outcome] = []
-        self.start = time.monotonic()
+        self.interrupted = False
+        self.columns = scores.grade_columns(release)
 
     def run(self, course: Path) -> None:
         """Grade the queue through a pool of `settings.jobs` forked graders."""
@@ -121,23 +179,31 @@ class Batch:
             cgroup_bases=settings.cgroup_bases,
             zygote=settings.zygote,
         )
-        with pool:
-            while self.queue or pool.busy:
-                while self.queue and pool.has_room:
-                    index, submission = self.queue.pop(0)
-                    workdir = pool.workdir(index)
-                    outcome = prepare(submission, internal_id(index), self.release, course, workdir)
-                    if outcome is not None:  # could not even be normalised: no kernel needed
-                        self.record(outcome, workdir, index)
-                        continue
-                    pool.start(index, workdir, internal_id(index))
-                for ended in pool.ended():
-                    submission = self.by_index[ended.index]
-                    outcome = collect(
-                        ended.workdir, submission, internal_id(ended.index), ended, settings.limits
-                    )
-                    outcome.seconds = ended.seconds
-                    self.record(outcome, ended.workdir, ended.index)
+        try:
+            with pool:
+                self.run_pool(pool, course)
+        except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (`autograde.main`): keep what was graded
+            self.interrupted = True
+
+    def run_pool(self, pool: GraderPool, course: Path) -> None:
+        """Start graders while there is room, and take each one's outcome as it ends."""
+        settings = self.settings
+        while self.queue or pool.busy:
+            while self.queue and pool.has_room:
+                index, submission = self.queue.pop(0)
+                workdir = pool.workdir(index)
+                outcome = prepare(submission, internal_id(index), self.release, course, workdir)
+                if outcome is not None:  # could not even be normalised: no kernel needed
+                    self.record(outcome, workdir, index)
+                    continue
+                pool.start(index, workdir, internal_id(index))
+            for ended in pool.ended():
+                submission = self.by_index[ended.index]
+                outcome = collect(
+                    ended.workdir, submission, internal_id(ended.index), ended, settings.limits
+                )
+                outcome.seconds = ended.seconds
+                self.record(outcome, ended.workdir, ended.index)
 
     def record(self, outcome: Outcome, workdir: Path, index: int) -> None:
         """Take one outcome: the preflight's verdict, or a student's page, progress and health."""
@@ -153,7 +219,9 @@ class Batch:
         self.writer.add(outcome)
         shutil.rmtree(workdir, ignore_errors=True)
         self.outcomes.append(outcome)
-        line = progress_line(outcome, len(self.outcomes), len(self.submissions), self.start)
+        line = progress_line(
+            outcome, self.outcomes, len(self.submissions), self.columns, self.settings.jobs
+        )
         if self.held is not None:
             self.held.append(line)
         else:
@@ -174,25 +242,41 @@ def fault_in(outcomes: list[Outcome]) -> str | None:
 
     Counted among the submissions that reached a kernel (a file rejected before grading says
     nothing about the grader): once there are FAULT_AFTER of them, and FAULT_SHARE of them
-    ended with the same grader-side status and reason.
+    ended with the same grader-side status and reason, or had their kernel end in the same
+    cell the same way (graded around it by `resume.py`, but the same death everywhere is more
+    likely the grader's limits than every learner's code).
     """
     ran = [o for o in outcomes if o.status in FAULT_STATUSES + ("graded", "flagged", "timeout")]
     if len(ran) < FAULT_AFTER:
         return None
-    same = Counter(
-        (o.status, scrub_paths(o.reason)) for o in ran if o.status in FAULT_STATUSES
-    ).most_common(1)
+    same = Counter(key for key in map(fault_key, ran) if key).most_common(1)
     if not same or same[0][1] < FAULT_SHARE * len(ran):
         return None
     (status, reason), count = same[0]
     return f"{count} of the {len(ran)} submissions run so far ended {status}: {reason}"
 
 
-def progress_line(outcome: Outcome, count: int, total: int, start: float) -> str:
-    """`[ 12/40] student  status  score/max  seconds  ETA` (counted parts, as in grades.csv)."""
-    eta = (time.monotonic() - start) / count * (total - count)
+def fault_key(outcome: Outcome) -> tuple[str, str] | None:
+    """(status, reason) of a failure that may be the grader's, or None."""
+    if outcome.status in FAULT_STATUSES:
+        return outcome.status, scrub_paths(outcome.reason)
+    if outcome.faults:
+        status = "timeout" if "(interrupted)" in outcome.faults[0] else "kernel_died"
+        return status, scrub_paths(outcome.faults[0])
+    return None
+
+
+def progress_line(outcome: Outcome, outcomes: list, total: int, columns, jobs: int) -> str:
+    """`[ 12/40] student  status  score/max  seconds  ETA` (counted parts, as in grades.csv).
+
+    The maximum is the release's (`columns`), whatever the submission reached; the ETA is the
+    submissions left, `jobs` at a time, at the mean time of those that ran a kernel so far.
+    """
+    count = len(outcomes)
+    ran = [o.seconds for o in outcomes if o.seconds > 0] or [0.0]
+    eta = sum(ran) / len(ran) * -(-(total - count) // max(1, jobs))
     score = scores.counted_score(outcome.scores)
-    maximum = scores.max_score([(g, m) for g, (_, m) in outcome.scores.items()])
+    maximum = scores.max_score(columns)
     return (
         f"[{count:>3}/{total}] {outcome.student_id:<24} {outcome.status:<14} "
         f"{score:>6g}/{maximum:<6g} {outcome.seconds:5.1f} s   ETA {eta:4.0f} s"

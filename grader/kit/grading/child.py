@@ -24,14 +24,16 @@ from nbgrader.apps import NbGraderAPI
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.nbgraderformat import MetadataValidator
-from nbgrader.preprocessors import CheckCellMetadata
+from nbgrader.preprocessors import CheckCellMetadata, Execute
 from traitlets.config.loader import PyFileConfigLoader
 
 from .. import paths
 from ..paths import ASSIGNMENT
 from ..sandbox import cgroups, reaper
 from ..sandbox.kernel_setup import KERNEL_NAME, kernel_settings, prepare_kernel
+from .faults import summary
 from .limits import Limits
+from .resume import ResumingExecute
 
 
 def warm_up(release) -> None:
@@ -73,6 +75,7 @@ def grade_in_child(
     prepare_kernel(workdir, limits)
     os.environ.update(kernel_settings(workdir, limits, sandbox, threads, groups, zygote))
     scratch_gradebook_without_sync()
+    ResumingExecute.cgroups = tuple(groups)
     result = run_nbgrader(workdir, student_id, limits)
     reaper.kill_descendants()  # the kernel is gone; anything the notebook started goes too
     (workdir / "result.json").write_text(json.dumps(result, ensure_ascii=False))
@@ -112,23 +115,30 @@ def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
     # (0.2 s of jsonschema a submission each time). Neither can fail here: `normalize.py` rebuilt
     # the notebook with the release's metadata on every release cell and none on the others,
     # and `warm_up` validated the release's once for the batch. Both checks are dropped.
+    # A kernel that dies or will not stop costs only its cell (`resume.py`).
+    swap = {CheckCellMetadata: None, Execute: ResumingExecute}
     for stage in ("sanitize_preprocessors", "autograde_preprocessors"):
-        setattr(
-            config.Autograde,
-            stage,
-            [p for p in Autograde.class_traits()[stage].default() if p is not CheckCellMetadata],
-        )
+        default = Autograde.class_traits()[stage].default()
+        setattr(config.Autograde, stage, [swap.get(p, p) for p in default if swap.get(p, p)])
     os.chdir(course)
     api = NbGraderAPI(CourseDirectory(config=config), config=config)
     began = time.perf_counter()
     graded = api.autograde(ASSIGNMENT, student_id, force=True, create=True)
     seconds = {"autograde": time.perf_counter() - began}
     if not graded["success"]:
-        return {"status": "failed", "log": graded.get("log", "") + graded.get("error", "")}
+        log = graded.get("log", "") + graded.get("error", "")
+        return {"status": "failed", "log": log, "faults": summary(ResumingExecute.faults)}
     with Gradebook(
         f"sqlite:///{course / 'gradebook.db'}", config.CourseDirectory.course_id
     ) as gradebook:
         notebook = gradebook.find_submission_notebook(paths.NOTEBOOK_ID, ASSIGNMENT, student_id)
         scores = {grade.name: (grade.score, grade.max_score) for grade in notebook.grades}
     autograded = paths.autograded_notebook(course, student_id)
-    return {"status": "graded", "scores": scores, "seconds": seconds, "autograded": str(autograded)}
+    return {
+        "status": "graded",
+        "scores": scores,
+        "seconds": seconds,
+        "autograded": str(autograded),
+        "causes": [cause.reason for cause in ResumingExecute.causes],
+        "faults": summary(ResumingExecute.faults),
+    }

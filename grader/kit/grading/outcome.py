@@ -21,6 +21,7 @@ class Outcome:
     source: str = ""  # the input file as named in the export
     superseded: list = field(default_factory=list)  # the student's other notebooks, not graded
     choice: str = ""  # with several notebooks: the rule that chose the one graded
+    faults: list = field(default_factory=list)  # where the kernel ended and was restarted
 
     @classmethod
     def of(cls, submission, status: str, reason: str = "", **fields) -> Outcome:

@@ -93,8 +93,17 @@ def collect(workdir: Path, submission, student_id: str, ended, limits: Limits) -
             submission, "flagged", reason, scores=zeroed, repairs=repairs,
             autograded=result["autograded"],
         )  # fmt: skip
+    # Answer cells that did not run, and cells under which the kernel ended and after which
+    # the rest were graded in a fresh one (`resume.py`).
+    faults = result.get("faults", [])
     return Outcome.of(
-        submission, "graded", scores=scores, repairs=repairs, autograded=result["autograded"]
+        submission,
+        "graded",
+        "; ".join(result.get("causes", []) + faults),
+        faults=faults,
+        scores=scores,
+        repairs=repairs,
+        autograded=result["autograded"],
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
+from .causes import cause_by_todo, definition_errors
 from .formats import esc, html_page
 from .scores import counted_score, max_score
 
@@ -123,7 +124,8 @@ def render(
     is the grades.csv row after them (score, parts, TODOs), shown with the as-graded numbers
     beside. `files` is (the file graded, the student's files not graded, the rule that chose).
     """
-    messages = failure_messages(nb)
+    errors = definition_errors(nb)
+    messages = with_causes(failure_messages(nb), scores, errors)
     total = counted_score(scores)  # as grades.csv's `score`: the counted parts only
     maximum = max_score([(g, p) for g, (_, p) in scores.items()])
     score = (final or {}).get("score")
@@ -135,6 +137,7 @@ def render(
         parts.append(f"<p class='note fail'>{esc(what)}{esc(todo)}（状态：{esc(status)}）</p>")
     parts.append(files_section(files))
     parts.append(overrides_section(overrides))
+    parts.append(causes_section(errors))
     parts.append(verdict(scores, messages, final or {}))
     parts.append(repairs_section(repairs))
     cells = "\n".join(code_cell(cell, scores) for cell in nb.cells if cell.cell_type == "code")
@@ -235,16 +238,56 @@ def todo_row(todo, checks: list, messages: dict, final=None) -> str:
     if not failed:
         result = "<span class=pass>全部通过</span>"
     else:
-        items = "".join(
-            f"<li><code>{esc(grade_id)}</code>（{s:g} / {p:g}）："
-            f"{esc(messages.get(grade_id) or '没有错误信息：这个检查没有通过')}</li>"
-            for grade_id, s, p in failed
-        )
-        result = f"<ul class=checks>{items}</ul>"
+        result = failed_checks(failed, messages)
     label = f"TODO {todo}" if todo is not None else esc(checks[0][0])
     css = "pass" if not failed else "fail"
     points_text = f"{shown(final, earned)} / {points:g}{beside(final, earned)}"
     return f"<tr><td>{label}</td><td class={css}>{points_text}</td><td>{result}</td></tr>"
+
+
+def failed_checks(failed: list, messages: dict) -> str:
+    """A TODO's failed checks with the first message of each; checks that failed with the same
+    message (a cause they share: an answer cell that did not run, a dead kernel) share a line."""
+    by_message: dict = {}
+    for grade_id, s, p in failed:
+        message = messages.get(grade_id) or "没有错误信息：这个检查没有通过"
+        by_message.setdefault(message, []).append((grade_id, s, p))
+    items = []
+    for message, checks in by_message.items():
+        if len(checks) == 1:
+            ((grade_id, s, p),) = checks
+            items.append(f"<li><code>{esc(grade_id)}</code>（{s:g} / {p:g}）：{esc(message)}</li>")
+            continue
+        earned, points = sum(c[1] for c in checks), sum(c[2] for c in checks)
+        names = "、".join(f"<code>{esc(c[0])}</code>" for c in checks)
+        items.append(
+            f"<li>{len(checks)} 项检查（{earned:g} / {points:g}）：{esc(message)}"
+            f"<br><small>{names}</small></li>"
+        )
+    return f"<ul class=checks>{''.join(items)}</ul>"
+
+
+def with_causes(messages: dict, scores: dict, errors) -> dict:
+    """`messages` with the cause put first for each failed check of a TODO whose answer cell did
+    not run (`causes.py`): the learner reads the cause, not its consequence."""
+    causes = cause_by_todo(errors)
+    changed = dict(messages)
+    for grade_id, (score, points) in scores.items():
+        cause = causes.get(todo_number(grade_id))
+        if cause is not None and score < points:
+            changed[grade_id] = "答案单元格没能运行（见上），这个检查因此失败：" + cause.error
+    return changed
+
+
+def causes_section(errors) -> str:
+    """One line per answer cell that did not run, above the table, or '' when all ran."""
+    if not errors:
+        return ""
+    return (
+        "<div class='note fail'><b>先看这里：</b>"
+        + bullets(e.learner_text for e in errors)
+        + "</div>"
+    )
 
 
 def failure_messages(nb) -> dict:

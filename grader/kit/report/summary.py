@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..authoring.nbsource import PARTS, part_of, todo_number
+from . import faultlines
 from .formats import esc, html_page
 from .scores import num, todo_columns
 
@@ -44,6 +45,7 @@ def write_summary(
         parts.append(f'<div class="warning">{esc(warning)}</div>')
     if intake is not None:  # what this run did not grade comes before how the graded did
         parts.append(intake_sections(intake, rows))
+    parts.append(faultlines.summary_section(rows))  # which TODO hung or crashed (issue 30)
     parts.append("<h2>分数分布 / scores (graded submissions)</h2>")
     parts.append(histogram_svg([num(row.get("score")) for row in graded], num(maximum)))
     parts.append("<h2>各 TODO 通过率 / pass rate per TODO</h2>")

@@ -15,6 +15,9 @@ from .. import paths
 from ..grading.outcome import Outcome
 from . import feedback, gradebook, grades, lms, summary
 
+# The statuses whose row holds a grade (flagged: a grade the instructor must confirm).
+GRADE_STATUSES = ("graded", "flagged")
+
 
 @dataclass
 class ReportWriter:
@@ -25,6 +28,7 @@ class ReportWriter:
     overrides: dict  # by student: the instructor's overrides.csv lines
     people: dict  # the roster by student id ({} without one)
     intake: object = None  # the `Intake`: its files and roster go into summary.html
+    previous: dict = field(default_factory=dict)  # grades.csv's rows before this run, by student
     pages: dict = field(default_factory=dict)  # by student: the feedback page
     kept: dict = field(default_factory=dict)  # by student: the autograded notebook's bytes
 
@@ -44,17 +48,27 @@ class ReportWriter:
             grades.column_maxima(columns),
         )
         roster = intake.roster if intake is not None else None
-        return cls(folder, columns, overrides, lms.people(roster), intake)
+        return cls(folder, columns, overrides, lms.people(roster), intake, previous)
 
     def add(self, outcome) -> None:
         """Keep `outcome`'s page and autograded notebook while its working copy still exists."""
         self.kept[outcome.student_id] = gradebook.read_autograded(outcome.autograded)
-        overrides = self.overrides.get(outcome.student_id, ())
+        overrides = ()
+        if outcome.status in GRADE_STATUSES:  # a row without a grade takes no override
+            overrides = self.overrides.get(outcome.student_id, ())
         self.pages[outcome.student_id] = page_of(outcome, overrides)
 
-    def write(self, outcomes, course: Path, progress, replaced=frozenset()) -> None:
+    def write(
+        self, outcomes, course: Path, progress, replaced=frozenset(), replace_graded=False
+    ) -> None:
         """Everything, once the batch has passed. `replaced` are ids an earlier run graded files
-        of this export under (`stale_ids`): their rows, pages and nbgrader submissions go."""
+        of this export under (`stale_ids`): their rows, pages and nbgrader submissions go.
+
+        A row graded by an earlier run is not replaced by an outcome that is no grade (a
+        timeout, a wrong file...) unless `replace_graded`; overrides.csv applies only to rows
+        that hold a grade (`graded_only`)."""
+        outcomes = self.keep_graded_rows(outcomes, progress, replace_graded)
+        self.overrides = self.graded_only(outcomes, progress)
         gradebook.ensure_course(self.folder, course, progress)
         for student_id, text in self.pages.items():
             paths.feedback_page(self.folder, student_id).write_text(text, encoding="utf-8")
@@ -67,6 +81,49 @@ class ReportWriter:
         )
         gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
         self.write_views(outcomes, rows, progress, gone)
+
+    def keep_graded_rows(self, outcomes, progress, replace_graded: bool) -> list:
+        """`outcomes` less those that would put a non-grade status over an earlier grade."""
+        graded_now = {o.student_id for o in outcomes}  # an interrupt may leave a page without one
+        for student_id in set(self.pages) - graded_now:
+            self.pages.pop(student_id)
+            self.kept.pop(student_id, None)
+        held_back = [
+            o
+            for o in outcomes
+            if o.status not in GRADE_STATUSES
+            and self.previous.get(o.student_id, {}).get("status") in GRADE_STATUSES
+        ]
+        if not held_back or replace_graded:
+            return outcomes
+        print(
+            f"kept the earlier grade of {len(held_back)} student(s) whose file in this run "
+            "could not be graded (pass --replace-graded to record the new status instead):\n"
+            + "\n".join(
+                f"  {o.student_id}: {self.previous[o.student_id].get('score')} "
+                f"({self.previous[o.student_id].get('source', '')}) kept; now {o.status}"
+                for o in held_back
+            ),
+            file=progress,
+        )
+        for outcome in held_back:
+            self.pages.pop(outcome.student_id, None)
+            self.kept.pop(outcome.student_id, None)
+        return [o for o in outcomes if o not in held_back]
+
+    def graded_only(self, outcomes, progress) -> dict:
+        """overrides.csv's lines for students whose row holds a grade; the others are named."""
+        status = {sid: row.get("status") for sid, row in self.previous.items()}
+        status |= {o.student_id: o.status for o in outcomes}
+        ignored = sorted(s for s in self.overrides if status.get(s) not in GRADE_STATUSES)
+        if ignored:
+            print(
+                f"overrides.csv: not applied to {', '.join(ignored)}: their row holds no grade "
+                f"({', '.join(sorted({str(status.get(s)) for s in ignored}))}); an override "
+                "applies once the submission is graded",
+                file=progress,
+            )
+        return {s: lines for s, lines in self.overrides.items() if s not in ignored}
 
     def write_views(self, outcomes, rows, progress, gone=()) -> None:
         """After grades.csv: the class summary, the LMS files and the nbgrader course's gradebook.
