@@ -270,7 +270,7 @@ def test_a_zip_cannot_write_outside_its_folder(tmp_path):
         (lambda t: (write(t, "notes.txt"), {}), "neither a folder"),
         (
             lambda t: (t, {"roster": write(t, "r.csv", "id,name\n1,x\n")}),
-            "has no student_id column",
+            "has no student id column",
         ),
         (lambda t: (t, {"roster": t / "nope.csv"}), "roster"),
         (
