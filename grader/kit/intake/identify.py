@@ -77,7 +77,10 @@ def id_hits(candidates, roster: Roster) -> dict[str, tuple[str, str]]:
     """
     found: dict[str, tuple[str, str]] = {}
     for candidate in candidates:
-        for lookup, column in ((roster.by_id, "student_id"), (roster.by_account, "lms_user_id/username")):
+        for lookup, column in (
+            (roster.by_id, "student_id"),
+            (roster.by_account, "lms_user_id/username"),
+        ):
             hit = lookup(candidate)
             if hit and hit not in found:
                 found[hit] = (candidate, column)

@@ -72,9 +72,7 @@ class Roster:
 
     def by_account(self, key: str) -> str | None:
         """The student whose `lms_user_id` or `username` is `key`, whole, or None."""
-        return next(
-            (r["student_id"] for r in self.rows if key and key in account_keys(r)), None
-        )
+        return next((r["student_id"] for r in self.rows if key and key in account_keys(r)), None)
 
     def by_id(self, key: str) -> str | None:
         """The student whose `student_id` is `key`, or None."""

@@ -1,7 +1,8 @@
 """REPORT/summary.html: the class at a glance, for the instructor.
 
-Pass rates per TODO and per check (grade cell), a histogram of scores, the ungradable files by
-status, and the warnings of the run. One self-contained file: the plot is inline SVG, nothing is
+A table of every student (name, score, status, the parts, a link to the feedback page), pass
+rates per TODO and per check (named by the check's title, `titles.py`), a histogram of scores,
+the ungradable files by status, and the warnings of the run. One self-contained file: the plot is inline SVG, nothing is
 fetched from the network. Built from grades.csv's rows (overrides applied), every student in it.
 """
 
@@ -9,28 +10,39 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
+from .. import paths
 from ..authoring.nbsource import PARTS, part_of, todo_number
 from .formats import esc, html_page
 from .scores import num, todo_columns
+from .standing import is_grade
+from .titles import label
 
 STYLE = """
 body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 66em; margin: 2em auto; padding: 0 1em; }
 table { border-collapse: collapse; margin: .5em 0 1.5em; } td, th { border: 1px solid #ccc; padding: .2em .6em; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .bar { display: inline-block; height: .8em; background: #1a7f37; vertical-align: middle; }
-.bar.low { background: #cf222e; } pre.notes { white-space: pre-wrap; background: #f6f8fa; padding: .6em; } .warning { border: 2px solid #cf222e; background: #fff1f0; padding: .6em 1em; white-space: pre-wrap; }
+.bar.low { background: #cf222e; } td.nograde { color: #9a6700; font-weight: bold; } td.fail { color: #cf222e; } .says { color: #57606a; font-size: 90%; } pre.notes { white-space: pre-wrap; background: #f6f8fa; padding: .6em; } .warning { border: 2px solid #cf222e; background: #fff1f0; padding: .6em 1em; white-space: pre-wrap; }
 """
 
 
 def write_summary(
-    path: Path, rows: list[dict], columns: list[tuple[str, float]], warnings=(), intake=None
+    path: Path,
+    rows: list[dict],
+    columns: list[tuple[str, float]],
+    warnings=(),
+    intake=None,
+    titles=None,
 ) -> None:
     """Write the class view of `rows` (grades.csv) to `path`; `columns` are (grade_id, points).
 
     `intake` (this run's `Intake`, or None) adds the files not graded by reason, the roster's
-    students with no submission and the roster notes.
+    students with no submission and the roster notes; `titles` (`titles.check_titles` of the
+    release) name the checks.
     """
+    titles = titles or {}
     graded = [row for row in rows if row.get("status") == "graded"]
     ungradable = Counter(row.get("status", "") for row in rows if row.get("status") != "graded")
     maximum = next((row.get("max_score") for row in rows), "")
@@ -44,6 +56,8 @@ def write_summary(
         parts.append(f'<div class="warning">{esc(warning)}</div>')
     if intake is not None:  # what this run did not grade comes before how the graded did
         parts.append(intake_sections(intake, rows))
+    parts.append("<h2>学生 / students</h2>")
+    parts.append(student_table(rows, path.parent))
     parts.append("<h2>分数分布 / scores (graded submissions)</h2>")
     parts.append(histogram_svg([num(row.get("score")) for row in graded], num(maximum)))
     parts.append("<h2>各 TODO 通过率 / pass rate per TODO</h2>")
@@ -57,7 +71,9 @@ def write_summary(
         )
     )
     parts.append("<h2>各检查通过率 / pass rate per check</h2>")
-    parts.append(pass_table(graded, [(g, p, part_label(g)) for g, p in columns]))
+    parts.append(
+        pass_table(graded, [(g, p, part_label(g)) for g, p in columns], titles, head="检查 / check")
+    )
     parts.append("<h2>未能评分 / ungradable, by status</h2>")
     if ungradable:
         rows_html = "".join(
@@ -113,22 +129,57 @@ def reason_of(skipped) -> str:
     return skipped.why.split(" (")[0].split(": ")[0]
 
 
-def pass_table(rows: list[dict], items) -> str:
-    """A row per (column, points, label): how many earned full points, as a share and a bar."""
+def student_table(rows: list[dict], report_dir: Path) -> str:
+    """Every student of grades.csv: id, name, score, status (marked where it is not a grade),
+    the parts, late, and the feedback page where there is one."""
+    named = any(row.get("name") for row in rows)
+    head = ["student_id", *(["姓名 / name"] * named), "score", "status"]
+    head += [part.key for part in PARTS] + ["late", "反馈 / feedback"]
     lines = []
-    for column, points, label in items:
+    for row in sorted(rows, key=lambda r: r["student_id"]):
+        student_id = row["student_id"]
+        page = paths.feedback_page(report_dir, student_id)
+        link = (
+            f'<a href="{paths.FEEDBACK}/{quote(page.name)}">{esc(page.name)}</a>'
+            if page.exists() else ""
+        )  # fmt: skip
+        cells = [f"<td>{esc(student_id)}</td>", *([f"<td>{esc(row.get('name', ''))}</td>"] * named)]
+        graded = row.get("status") == "graded"
+        cells.append(f"<td class=n>{esc(row.get('score', '')) or '—'}</td>")
+        css = "" if graded else " class=nograde" if not is_grade(row) else " class=fail"
+        cells.append(f"<td{css}>{esc(row.get('status', ''))}</td>")
+        cells += [f"<td class=n>{esc(row.get(part.key, ''))}</td>" for part in PARTS]
+        cells.append(f"<td>{'迟交' if row.get('late') == 'yes' else ''}</td><td>{link}</td>")
+        lines.append(f"<tr>{''.join(cells)}</tr>")
+    header = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return f"<table><tr>{header}</tr>{''.join(lines)}</table>"
+
+
+def pass_table(rows: list[dict], items, titles=None, head: str = "column") -> str:
+    """A row per (column, points, label): how many earned full points, as a share and a bar.
+
+    A column that is a check with a title (`titles`) is named by it and what it checks."""
+    lines = []
+    for column, points, part in items:
         full = sum(1 for row in rows if points > 0 and num(row.get(column)) >= points)
         rate = full / len(rows) if rows else 0.0
         low = " low" if rate < 0.5 else ""
+        name = esc(column)
+        if titles and column in titles:
+            says = titles[column][1]
+            name = (
+                f'<span title="{esc(column)}">{esc(label(column, titles))}</span>'
+                f"<br><span class=says>{esc(says)}</span>"
+            )
+            part = part.split(" · ", 1)[-1]
         lines.append(
-            f"<tr><td>{esc(column)}</td><td>{esc(label)}</td><td class=n>{points:g}</td>"
+            f"<tr><td>{name}</td><td>{esc(part)}</td><td class=n>{points:g}</td>"
             f"<td class=n>{full}/{len(rows)}</td><td class=n>{rate:.0%}</td>"
             f'<td><span class="bar{low}" style="width:{rate * 12:.2f}em"></span></td></tr>'
         )
     return (
-        "<table><tr><th>column</th><th></th><th>points</th><th>full marks</th><th>rate</th><th></th></tr>"
-        + "".join(lines)
-        + "</table>"
+        f"<table><tr><th>{esc(head)}</th><th></th><th>points</th><th>full marks</th><th>rate</th>"
+        "<th></th></tr>" + "".join(lines) + "</table>"
     )
 
 

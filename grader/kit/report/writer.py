@@ -13,7 +13,8 @@ import nbformat
 
 from .. import paths
 from ..grading.outcome import Outcome
-from . import feedback, gradebook, grades, lms, summary
+from . import feedback, gradebook, grades, lms, standing, summary
+from .titles import check_titles
 
 
 @dataclass
@@ -25,32 +26,38 @@ class ReportWriter:
     overrides: dict  # by student: the instructor's overrides.csv lines
     people: dict  # the roster by student id ({} without one)
     intake: object = None  # the `Intake`: its files and roster go into summary.html
+    lms: str = "auto"  # which LMS files (`lms.CHOICES`, --lms)
+    titles: dict = field(default_factory=dict)  # by grade id: the check's (title, says)
     pages: dict = field(default_factory=dict)  # by student: the feedback page
     kept: dict = field(default_factory=dict)  # by student: the autograded notebook's bytes
 
     @classmethod
-    def open(cls, folder: Path, release, student_ids, intake=None) -> ReportWriter:
+    def open(
+        cls, folder: Path, release, student_ids, intake=None, lms_files="auto"
+    ) -> ReportWriter:
         """Read and check what the instructor wrote into `folder` before anything is graded;
         raises BadOverrides naming the line of anything in overrides.csv that cannot apply.
-        `student_ids` are this batch's students (they may be overridden, as may grades.csv's)."""
+        `student_ids` are this batch's students (they may be overridden, as may grades.csv's and
+        the roster's); `lms_files` which LMS files to write (`lms.CHOICES`)."""
         folder.mkdir(parents=True, exist_ok=True)
         (folder / paths.FEEDBACK).mkdir(exist_ok=True)
         columns = grades.grade_columns(release)
         header, previous = grades.read_grades(folder / paths.GRADES)
+        people = lms.people(intake.roster if intake is not None else None)
         overrides = grades.read_overrides(
             folder / paths.OVERRIDES,
-            set(previous) | set(student_ids),
+            set(previous) | set(student_ids) | set(people),  # a roster's student: no file yet
             grades.kit_columns(columns) + header,
             grades.column_maxima(columns),
         )
-        roster = intake.roster if intake is not None else None
-        return cls(folder, columns, overrides, lms.people(roster), intake)
+        return cls(folder, columns, overrides, people, intake, lms_files, check_titles(release))
 
     def add(self, outcome) -> None:
         """Keep `outcome`'s page and autograded notebook while its working copy still exists."""
         self.kept[outcome.student_id] = gradebook.read_autograded(outcome.autograded)
         overrides = self.overrides.get(outcome.student_id, ())
-        self.pages[outcome.student_id] = page_of(outcome, overrides)
+        name = self.people.get(outcome.student_id, {}).get("name", "")
+        self.pages[outcome.student_id] = page_of(outcome, overrides, name)
 
     def write(self, outcomes, course: Path, progress, replaced=frozenset()) -> None:
         """Everything, once the batch has passed. `replaced` are ids an earlier run graded files
@@ -62,9 +69,11 @@ class ReportWriter:
         for student_id in replaced:
             paths.feedback_page(self.folder, student_id).unlink(missing_ok=True)
             gradebook.keep_notebook(self.folder, student_id, None)
+        absent = standing.absent_rows(self.intake, {o.student_id for o in outcomes}, self.columns)
         rows = grades.write_grades(
-            self.folder / paths.GRADES, outcomes, self.columns, self.overrides, drop=replaced
-        )
+            self.folder / paths.GRADES, outcomes, self.columns, self.overrides, drop=replaced,
+            people=self.people, absent=absent,
+        )  # fmt: skip
         gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
         self.write_views(outcomes, rows, progress, gone)
 
@@ -81,8 +90,12 @@ class ReportWriter:
             self.columns,
             [warning] if warning else [],
             intake=self.intake,
+            titles=self.titles,
         )
-        for line in lms.write_lms_files(self.folder, rows, self.people):
+        written = lms.write_lms_files(
+            self.folder, rows, self.people, overrides=self.overrides, which=self.lms
+        )
+        for line in written:
             print(line, file=progress)
         held = gradebook.record(self.folder, [*outcomes, *gone], self.overrides)
         print(
@@ -92,8 +105,8 @@ class ReportWriter:
         )
 
 
-def page_of(outcome, overrides=()) -> str:
-    """The submission's feedback page (with the instructor's `overrides`).
+def page_of(outcome, overrides=(), name: str = "") -> str:
+    """The submission's feedback page (with the instructor's `overrides`; `name` from the roster).
 
     The page shows the final numbers (after `overrides`) beside the graded ones, and names the
     file graded and the student's files that were not.
@@ -115,6 +128,7 @@ def page_of(outcome, overrides=()) -> str:
             overrides=overrides,
             final=final,
             files=files,
+            name=name,
         )
     return feedback.failure_page(
         outcome.student_id,
@@ -124,6 +138,7 @@ def page_of(outcome, overrides=()) -> str:
         overrides=overrides,
         final=final,
         files=files,
+        name=name,
     )
 
 
