@@ -19,7 +19,7 @@ import re
 from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
 from .formats import esc, html_page
 from .scores import counted_score, max_score
-from .titles import check_titles
+from .titles import check_titles, label
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # An absolute path of two parts or more (/tmp/ch34-grading-x/0001/scratch, /root/.venv/lib/...),
@@ -140,7 +140,7 @@ def render(
         what, todo = STATUS_TEXT.get(status, STATUS_TEXT["grader_error"])
         parts.append(f"<p class='note fail'>{esc(what)}{esc(todo)}（状态：{esc(status)}）</p>")
     parts.append(files_section(files))
-    parts.append(overrides_section(overrides))
+    parts.append(overrides_section(overrides, titles))
     if status == "flagged":
         parts.append(flagged_section(scores, final or {}))
     else:
@@ -380,11 +380,13 @@ def scrub_paths(text: str) -> str:
     return MACHINE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], str(text))
 
 
-def overrides_section(overrides) -> str:
-    """The instructor's adjustments (dicts with column, value, note), or '' when there are none."""
+def overrides_section(overrides, titles=None) -> str:
+    """The instructor's adjustments (dicts with column, value, note), or '' when there are none;
+    a check is named by its title (`titles`)."""
     if not overrides:
         return ""
     names = {"score": "总分"} | {part.key: part.title for part in PARTS}
+    names |= {grade_id: label(grade_id, titles) for grade_id in titles or {}}
     todos = [o["column"] for o in overrides if re.fullmatch(r"todo\d+", o["column"])]
     names |= {column: f"TODO {column[4:]}" for column in todos}
     rows = "".join(

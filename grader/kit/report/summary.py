@@ -16,13 +16,13 @@ from .. import paths
 from ..authoring.nbsource import PARTS, part_of, todo_number
 from .formats import esc, html_page
 from .scores import num, todo_columns
-from .standing import is_grade
+from .standing import MISSING, is_grade
 from .titles import label
 
 STYLE = """
 body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 66em; margin: 2em auto; padding: 0 1em; }
 table { border-collapse: collapse; margin: .5em 0 1.5em; } td, th { border: 1px solid #ccc; padding: .2em .6em; text-align: left; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; } td.part { white-space: nowrap; }
 .bar { display: inline-block; height: .8em; background: #1a7f37; vertical-align: middle; }
 .bar.low { background: #cf222e; } td.nograde { color: #9a6700; font-weight: bold; } td.fail { color: #cf222e; } .says { color: #57606a; font-size: 90%; } pre.notes { white-space: pre-wrap; background: #f6f8fa; padding: .6em; } .warning { border: 2px solid #cf222e; background: #fff1f0; padding: .6em 1em; white-space: pre-wrap; }
 """
@@ -44,20 +44,23 @@ def write_summary(
     """
     titles = titles or {}
     graded = [row for row in rows if row.get("status") == "graded"]
-    ungradable = Counter(row.get("status", "") for row in rows if row.get("status") != "graded")
+    absent = sum(1 for row in rows if row.get("status") == MISSING)
+    ungradable = Counter(
+        row.get("status", "") for row in rows if row.get("status") not in ("graded", MISSING)
+    )
     maximum = next((row.get("max_score") for row in rows), "")
     late = sum(1 for row in rows if row.get("late") == "yes")
     parts = [
         f"<h1>ch34 班级概览 / class summary</h1><p>{len(rows)} 名学生；{len(graded)} 份正常评分；"
-        f"{sum(ungradable.values())} 份未能评分；{late} 份迟交 / late。满分 {esc(maximum)}"
+        f"{sum(ungradable.values())} 份未能评分；{absent} 名没有提交；{late} 份迟交 / late。满分 {esc(maximum)}"
         f"（{esc('、'.join(p.title for p in PARTS if not p.counted))} 另计）。</p>"
     ]
     for warning in warnings:
         parts.append(f'<div class="warning">{esc(warning)}</div>')
-    if intake is not None:  # what this run did not grade comes before how the graded did
-        parts.append(intake_sections(intake, rows))
     parts.append("<h2>学生 / students</h2>")
     parts.append(student_table(rows, path.parent))
+    if intake is not None:  # what this run did not grade comes before how the graded did
+        parts.append(intake_sections(intake, rows))
     parts.append("<h2>分数分布 / scores (graded submissions)</h2>")
     parts.append(histogram_svg([num(row.get("score")) for row in graded], num(maximum)))
     parts.append("<h2>各 TODO 通过率 / pass rate per TODO</h2>")
@@ -103,8 +106,8 @@ def intake_sections(intake, rows: list[dict]) -> str:
         parts.append(f"<table><tr><th>reason</th><th>files</th><th>which</th></tr>{lines}</table>")
     else:
         parts.append("<p>无 / none.</p>")
-    graded = {row["student_id"] for row in rows}
-    missing = [r for r in intake.missing() if r["student_id"] not in graded]
+    status = {row["student_id"]: row.get("status") for row in rows}
+    missing = [r for r in intake.missing() if status.get(r["student_id"], MISSING) == MISSING]
     if intake.roster is not None:
         parts.append(
             f"<h2>名单上没有提交的学生 / roster students with no submission: {len(missing)}</h2>"
@@ -173,7 +176,7 @@ def pass_table(rows: list[dict], items, titles=None, head: str = "column") -> st
             )
             part = part.split(" · ", 1)[-1]
         lines.append(
-            f"<tr><td>{name}</td><td>{esc(part)}</td><td class=n>{points:g}</td>"
+            f"<tr><td>{name}</td><td class=part>{esc(part)}</td><td class=n>{points:g}</td>"
             f"<td class=n>{full}/{len(rows)}</td><td class=n>{rate:.0%}</td>"
             f'<td><span class="bar{low}" style="width:{rate * 12:.2f}em"></span></td></tr>'
         )
