@@ -11,15 +11,16 @@ import re
 import nbformat
 import pytest
 
+from grader.kit.authoring.checkcells import check_label, check_titles, declarations, grade_cell
 from grader.kit.authoring.nbsource import ASSIGNMENT, PARTS, part_of, todo_number
 from grader.kit.errors import BadOverrides, RosterError
 from grader.kit.grading.outcome import Outcome
 from grader.kit.intake.inventory import discover
-from grader.kit.intake.roster import Roster
-from grader.kit.intake.roster_columns import HEADER_NAMES
+from grader.kit.intake.roster import HEADER_NAMES, Roster
 from grader.kit.paths import REPO_ROOT
-from grader.kit.report import feedback, lms, standing, summary
+from grader.kit.report import feedback, lms, summary
 from grader.kit.report.grades import (
+    absent_rows,
     apply_overrides,
     column_maxima,
     fmt,
@@ -252,7 +253,7 @@ def test_grades_csv_has_a_name_column_and_a_row_for_every_roster_student(tmp_pat
     export, people = class_of_four(tmp_path)
     outcome = Outcome("2025001", "graded", scores={g: (1.0, p) for g, p in COLUMNS})
     with discover(export, roster=people) as intake:
-        absent = standing.absent_rows(intake, {"2025001"}, COLUMNS)
+        absent = absent_rows(intake, {"2025001"}, COLUMNS)
         rows = write_grades(
             tmp_path / "grades.csv", [outcome], COLUMNS, people=lms.people(intake.roster),
             absent=absent,
@@ -273,7 +274,7 @@ def test_grades_csv_has_a_name_column_and_a_row_for_every_roster_student(tmp_pat
     late = Outcome("2025003", "graded", scores={g: (2.0, p) for g, p in COLUMNS})
     again = {r["student_id"]: r for r in write_grades(tmp_path / "grades.csv", [late], COLUMNS)}
     assert again["2025003"]["status"] == "graded" and again["2025003"]["name"] == "王五"
-    missing_again = standing.absent_rows(intake, set(), COLUMNS)
+    missing_again = absent_rows(intake, set(), COLUMNS)
     rows = write_grades(tmp_path / "grades.csv", [], COLUMNS, absent=missing_again)
     assert {r["student_id"]: r["status"] for r in rows}["2025003"] == "graded"
     table = summary_table([outcome], {"2025001": by_id["2025001"]})
@@ -285,7 +286,10 @@ def test_grades_csv_has_a_name_column_and_a_row_for_every_roster_student(tmp_pat
     [
         ("学号,姓名,邮箱\n2025001,张三,zs@example.edu\n", "gbk"),  # Excel on a Chinese Windows
         ("2026 秋 第34章 学生名单,,\n序号,工号/学号,学生姓名\n1,2025001,张三\n", "utf-8-sig"),
-        ("First name,Last name,ID number,Email address\nSan,Zhang,2025001,zs@example.edu\n", "utf-8"),
+        (
+            "First name,Last name,ID number,Email address\nSan,Zhang,2025001,zs@example.edu\n",
+            "utf-8",
+        ),
         ("Student,ID,SIS User ID,SIS Login ID\nZhang San,4711,2025001,zhangsan\n", "utf-8"),
         ("Last Name,First Name,Username,Student ID\nZhang,San,zhangsan,2025001\n", "utf-8"),
         ("姓,名,学号\n张,三,2025001\n", "utf-8"),
@@ -324,7 +328,9 @@ def test_no_score_is_exported_for_a_status_that_is_not_a_grade(tmp_path, status)
     # Reviewed and overridden, it is the instructor's grade: exported, and called so.
     overrides = {"2023001": [{"column": "score", "value": "88", "note": "复查无误"}]}
     rows = [row("2023001", 88, status=status)]
-    lms.write_lms_files(tmp_path, rows, people, settings(tmp_path), overrides=overrides, which="all")
+    lms.write_lms_files(
+        tmp_path, rows, people, settings(tmp_path), overrides=overrides, which="all"
+    )
     moodle = read(tmp_path / "moodle.csv")[1]
     assert moodle[3] == "88" and "老师评定：复查无误" in moodle[4] and "自动评分" not in moodle[4]
     assert read(tmp_path / "canvas.csv")[2][5] == "88"
@@ -339,7 +345,9 @@ def test_only_the_lms_files_of_the_exports_origin_are_written_unless_asked(tmp_p
     assert not (tmp_path / "canvas.csv").exists(), "a Moodle class gets no canvas.csv"
     assert (tmp_path / "moodle.csv").exists() and (tmp_path / lms.WORKSHEET).exists()
     assert any("removed canvas.csv" in line for line in lines)
-    lms.write_lms_files(tmp_path, [row("2023001", 7, named)], people, settings(tmp_path), which="all")
+    lms.write_lms_files(
+        tmp_path, [row("2023001", 7, named)], people, settings(tmp_path), which="all"
+    )
     assert (tmp_path / "canvas.csv").exists()
 
 
@@ -348,11 +356,15 @@ def graded_notebook(scores, messages=None):
     nb = nbformat.v4.new_notebook()
     for grade_id, (_, points) in scores.items():
         number = todo_number(grade_id)
-        cell = nbformat.v4.new_code_cell(f"# TODO {number} · 检查{number}（{points:g} 分）：它查什么")
+        cell = nbformat.v4.new_code_cell(
+            f"# TODO {number} · 检查{number}（{points:g} 分）：它查什么"
+        )
         cell.metadata["nbgrader"] = {"grade": True, "grade_id": grade_id, "points": points}
         if grade_id in (messages or {}):
             ename, evalue = messages[grade_id].split(": ", 1)
-            cell.outputs = [nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[])]
+            cell.outputs = [
+                nbformat.v4.new_output("error", ename=ename, evalue=evalue, traceback=[])
+            ]
         nb.cells.append(cell)
     return nb
 
@@ -403,3 +415,11 @@ def test_summary_has_a_row_per_student_and_names_checks_by_their_titles(tmp_path
     number = todo_number(COLUMNS[0][0])
     assert f"TODO {number} · 基本 随机输入与参考实现相同" in text
     assert f"{COLUMNS[1][0]}" in text, "a check without a title keeps its id"
+
+
+def test_check_titles_read_back_every_header_the_build_writes():
+    checks = [check for name in ("todo2.py", "todo12.py") for check in declarations(name)]
+    nb = nbformat.v4.new_notebook(cells=[grade_cell(check) for check in checks])
+    titles = check_titles(nb)
+    assert titles == {check.grade_id: (check.title, check.says) for check in checks}
+    assert check_label("test_todo2_tail", titles) == "TODO 2 · 尾块"

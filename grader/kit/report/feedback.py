@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import re
 
+from ..authoring.checkcells import check_label, check_titles
 from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
 from .formats import esc, html_page
 from .scores import counted_score, max_score
-from .titles import check_titles, label
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # An absolute path of two parts or more (/tmp/ch34-grading-x/0001/scratch, /root/.venv/lib/...),
@@ -223,7 +223,7 @@ def verdict(scores: dict, messages: dict, final: dict | None = None, titles=None
 
     `final` holds the teacher's adjusted numbers (grades.csv's row: cells, TODOs, parts), shown
     beside the graded and never as a failure. A part that does not count, left unfinished (no
-    point, every failed check unfinished), is one line; `titles` (`titles.check_titles`) name
+    point, every failed check unfinished), is one line; `titles` (`checkcells.check_titles`) name
     the checks.
     """
     final, titles = final or {}, titles or {}
@@ -386,7 +386,7 @@ def overrides_section(overrides, titles=None) -> str:
     if not overrides:
         return ""
     names = {"score": "总分"} | {part.key: part.title for part in PARTS}
-    names |= {grade_id: label(grade_id, titles) for grade_id in titles or {}}
+    names |= {grade_id: check_label(grade_id, titles) for grade_id in titles or {}}
     todos = [o["column"] for o in overrides if re.fullmatch(r"todo\d+", o["column"])]
     names |= {column: f"TODO {column[4:]}" for column in todos}
     rows = "".join(

@@ -11,7 +11,7 @@ as GBK), one row per student, columns in this order:
     reason, repairs
 
 With a roster, every roster student has a row: status `missing` for one with no file, or the
-fate of a file the intake did not grade (`standing.absent_rows`).
+fate of a file the intake did not grade (`absent_rows`).
 
 A column the instructor adds by hand is kept, in place and with its values, at every regrade.
 What the grader computed is also kept beside it (`.grades-as-graded.json`), so that a line taken
@@ -38,7 +38,11 @@ from ..intake.normalize import repairs_summary
 from .formats import open_csv, write_csv
 from .overrides import OVERRIDE_COLUMNS, apply_overrides, read_overrides
 from .scores import (
+    ABSENT_STATUSES,
     FIXED_COLUMNS,
+    GRADE_STATUSES,
+    MISSING,
+    SEVERAL,
     TODO_COLUMN,
     TRAILING_COLUMNS,
     column_maxima,
@@ -51,7 +55,6 @@ from .scores import (
     recompute,
     todo_columns,
 )
-from .standing import keeps
 
 __all__ = [  # read from here by the rest of the kit and the tests, beside grades.csv's own
     "OVERRIDE_COLUMNS",
@@ -143,7 +146,7 @@ def write_grades(
     Columns added by hand keep their place and values; `overrides` are applied to every row.
     The rows of the students in `drop` (an earlier run's ids of files now read otherwise) go.
     `people` is the roster by student (`lms.people`): names go beside the ids; `absent` are
-    rows for roster students with no outcome (`standing.absent_rows`), kept unless an earlier
+    rows for roster students with no outcome (`absent_rows`), kept unless an earlier
     run graded a file of theirs.
     """
     header, old_rows = read_grades(path)
@@ -183,6 +186,52 @@ def add_names(graded: dict, people: dict, before: dict) -> bool:
         name = people.get(student_id, {}).get("name", "")
         row[NAME] = name or row.get(NAME) or before.get(student_id, "")
     return any(row[NAME] for row in graded.values())
+
+
+def absent_rows(intake, graded_ids, columns) -> list[dict]:
+    """Rows for the roster's students not in `graded_ids` (this batch's outcomes).
+
+    `intake` is the `Intake` (None or roster-less: no rows). A student with a file the intake
+    did not grade gets that file's fate; one with none, `missing`. The score is empty but for
+    a file that is no notebook: 0, as for a .ipynb file that is none.
+    """
+    if intake is None or intake.roster is None:
+        return []
+    fates: dict[str, tuple[str, str, str]] = {}
+    for skipped in intake.skipped:
+        if skipped.student_id and skipped.student_id not in graded_ids:
+            fates.setdefault(skipped.student_id, fate_of(skipped))
+    rows = []
+    for person in intake.roster.rows:
+        student_id = person["student_id"]
+        if student_id in graded_ids:
+            continue
+        status, reason, source = fates.get(student_id, (MISSING, "no file in the export", ""))
+        rows.append(
+            {
+                "student_id": student_id,
+                "score": "0" if status in GRADE_STATUSES else "",
+                "max_score": fmt(max_score(columns)),
+                "status": status,
+                "late": "no",
+                "source": source,
+                "reason": reason,
+                "repairs": "",
+            }
+        )
+    return rows
+
+
+def fate_of(skipped) -> tuple[str, str, str]:
+    """(status, reason, source) of a roster student's file that the intake did not grade."""
+    if skipped.why.startswith("not a notebook"):
+        return "not_a_notebook", skipped.why, skipped.source
+    return SEVERAL, skipped.why, skipped.source
+
+
+def keeps(old_row: dict | None) -> bool:
+    """Whether a row from an earlier run outranks an absent row: it graded a file."""
+    return old_row is not None and old_row.get("status") not in ABSENT_STATUSES
 
 
 def merged_header(kit: list[str], old: list[str]) -> list[str]:

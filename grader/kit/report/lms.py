@@ -9,7 +9,7 @@ that no stale grade is imported.
 
 All come from the rows of grades.csv (overrides applied) and carry `score` out of `max_score`:
 the counted parts (nbsource.PARTS). A part that does not count goes into the feedback text. A
-row whose status is not a grade (`standing.py`: timeout, flagged, kernel_died, a grader fault,
+row whose status is not a grade (`scores.is_grade`: timeout, flagged, kernel_died, a grader fault,
 missing) gets an empty grade, never 0, and its feedback says why; the console lists them. An
 empty grade is "no grade" to both importers, and Moodle's CSV import sets it so (clearing a
 grade typed into Moodle by hand: put such a grade into overrides.csv). An overridden score is
@@ -48,7 +48,7 @@ from ..authoring.nbsource import ASSIGNMENT, COURSE_SETTINGS, PARTS
 from ..intake.layouts import read_name
 from ..intake.roster import Roster
 from .grades import write_csv
-from .standing import MISSING, is_grade
+from .scores import MISSING, is_grade
 
 ROSTER_COLUMNS = ["student_id", "name", "lms_user_id", "username", "email"]
 CHOICES = ("auto", "all", "canvas", "moodle", "none")  # --lms

@@ -1,7 +1,7 @@
 """REPORT/summary.html: the class at a glance, for the instructor.
 
 A table of every student (name, score, status, the parts, a link to the feedback page), pass
-rates per TODO and per check (named by the check's title, `titles.py`), a histogram of scores,
+rates per TODO and per check (named by the check's title, `checkcells.check_titles`), a histogram of scores,
 the ungradable files by status, and the warnings of the run. One self-contained file: the plot is inline SVG, nothing is
 fetched from the network. Built from grades.csv's rows (overrides applied), every student in it.
 """
@@ -13,11 +13,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from .. import paths
+from ..authoring.checkcells import check_label
 from ..authoring.nbsource import PARTS, part_of, todo_number
 from .formats import esc, html_page
-from .scores import num, todo_columns
-from .standing import MISSING, is_grade
-from .titles import label
+from .scores import MISSING, is_grade, num, todo_columns
 
 STYLE = """
 body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 66em; margin: 2em auto; padding: 0 1em; }
@@ -39,7 +38,7 @@ def write_summary(
     """Write the class view of `rows` (grades.csv) to `path`; `columns` are (grade_id, points).
 
     `intake` (this run's `Intake`, or None) adds the files not graded by reason, the roster's
-    students with no submission and the roster notes; `titles` (`titles.check_titles` of the
+    students with no submission and the roster notes; `titles` (`checkcells.check_titles` of the
     release) name the checks.
     """
     titles = titles or {}
@@ -171,7 +170,7 @@ def pass_table(rows: list[dict], items, titles=None, head: str = "column") -> st
         if titles and column in titles:
             says = titles[column][1]
             name = (
-                f'<span title="{esc(column)}">{esc(label(column, titles))}</span>'
+                f'<span title="{esc(column)}">{esc(check_label(column, titles))}</span>'
                 f"<br><span class=says>{esc(says)}</span>"
             )
             part = part.split(" · ", 1)[-1]

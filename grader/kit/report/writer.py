@@ -12,9 +12,9 @@ from pathlib import Path
 import nbformat
 
 from .. import paths
+from ..authoring.checkcells import check_titles
 from ..grading.outcome import Outcome
-from . import feedback, gradebook, grades, lms, standing, summary
-from .titles import check_titles
+from . import feedback, gradebook, grades, lms, summary
 
 
 @dataclass
@@ -69,7 +69,7 @@ class ReportWriter:
         for student_id in replaced:
             paths.feedback_page(self.folder, student_id).unlink(missing_ok=True)
             gradebook.keep_notebook(self.folder, student_id, None)
-        absent = standing.absent_rows(self.intake, {o.student_id for o in outcomes}, self.columns)
+        absent = grades.absent_rows(self.intake, {o.student_id for o in outcomes}, self.columns)
         rows = grades.write_grades(
             self.folder / paths.GRADES, outcomes, self.columns, self.overrides, drop=replaced,
             people=self.people, absent=absent,
