@@ -408,9 +408,12 @@ def test_summary_has_a_row_per_student_and_names_checks_by_their_titles(tmp_path
         row("2025003", 0, status="timeout", name="王五"),
     ]
     titles = {COLUMNS[0][0]: ("基本", "随机输入与参考实现相同")}
-    summary.write_summary(tmp_path / "summary.html", rows, COLUMNS, titles=titles)
+    overrides = {"2025001": [{"column": "score", "value": "7", "note": ""}]}
+    summary.write_summary(
+        tmp_path / "summary.html", rows, COLUMNS, titles=titles, overrides=overrides
+    )
     text = re.sub(r"\s+", " ", page_text((tmp_path / "summary.html").read_text(encoding="utf-8")))
-    assert re.search(r"2025001 张三 7 graded", text)
+    assert re.search(r"2025001 张三 7 老师调整 graded", text)
     assert re.search(r"2025002 李四 — missing", text) and "2025003 王五 0 timeout" in text
     number = todo_number(COLUMNS[0][0])
     assert f"TODO {number} · 基本 随机输入与参考实现相同" in text

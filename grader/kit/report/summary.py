@@ -34,12 +34,14 @@ def write_summary(
     warnings=(),
     intake=None,
     titles=None,
+    overrides=None,
 ) -> None:
     """Write the class view of `rows` (grades.csv) to `path`; `columns` are (grade_id, points).
 
     `intake` (this run's `Intake`, or None) adds the files not graded by reason, the roster's
     students with no submission and the roster notes; `titles` (`checkcells.check_titles` of the
-    release) name the checks.
+    release) name the checks; `overrides` (overrides.csv's lines by student) mark the scores the
+    instructor set.
     """
     titles = titles or {}
     graded = [row for row in rows if row.get("status") == "graded"]
@@ -57,7 +59,7 @@ def write_summary(
     for warning in warnings:
         parts.append(f'<div class="warning">{esc(warning)}</div>')
     parts.append("<h2>学生 / students</h2>")
-    parts.append(student_table(rows, path.parent))
+    parts.append(student_table(rows, path.parent, overrides or {}))
     if intake is not None:  # what this run did not grade comes before how the graded did
         parts.append(intake_sections(intake, rows))
     parts.append("<h2>分数分布 / scores (graded submissions)</h2>")
@@ -131,9 +133,9 @@ def reason_of(skipped) -> str:
     return skipped.why.split(" (")[0].split(": ")[0]
 
 
-def student_table(rows: list[dict], report_dir: Path) -> str:
-    """Every student of grades.csv: id, name, score, status (marked where it is not a grade),
-    the parts, late, and the feedback page where there is one."""
+def student_table(rows: list[dict], report_dir: Path, overrides: dict) -> str:
+    """Every student of grades.csv: id, name, score (marked where the instructor overrode the
+    row), status (marked where it is not a grade), the parts, late, and the feedback page."""
     named = any(row.get("name") for row in rows)
     head = ["student_id", *(["姓名 / name"] * named), "score", "status"]
     head += [part.key for part in PARTS] + ["late", "反馈 / feedback"]
@@ -147,7 +149,8 @@ def student_table(rows: list[dict], report_dir: Path) -> str:
         )  # fmt: skip
         cells = [f"<td>{esc(student_id)}</td>", *([f"<td>{esc(row.get('name', ''))}</td>"] * named)]
         graded = row.get("status") == "graded"
-        cells.append(f"<td class=n>{esc(row.get('score', '')) or '—'}</td>")
+        adjusted = "<br><span class=says>老师调整</span>" if overrides.get(student_id) else ""
+        cells.append(f"<td class=n>{esc(row.get('score', '')) or '—'}{adjusted}</td>")
         css = "" if graded else " class=nograde" if not is_grade(row) else " class=fail"
         cells.append(f"<td{css}>{esc(row.get('status', ''))}</td>")
         cells += [f"<td class=n>{esc(row.get(part.key, ''))}</td>" for part in PARTS]

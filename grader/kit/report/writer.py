@@ -91,6 +91,7 @@ class ReportWriter:
             [warning] if warning else [],
             intake=self.intake,
             titles=self.titles,
+            overrides=self.overrides,
         )
         written = lms.write_lms_files(
             self.folder, rows, self.people, overrides=self.overrides, which=self.lms
