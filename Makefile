@@ -5,6 +5,7 @@ PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed-$(shell cksum < requirements.txt | cut -d' ' -f1)
 SUBMISSIONS ?=
 ROSTER      ?=
+LMS         ?= auto
 # A regex is passed through the environment untouched: make and the shell expand no `$` in it.
 export CH34_NAME_PATTERN := $(value NAME_PATTERN)
 REPORT      ?= report
@@ -79,8 +80,8 @@ intake: $(STAMP)
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 autograde: $(STAMP) sandbox build/grading-course/gradebook.db
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>] [CELL_TIMEOUT=<s>] [NOTEBOOK_TIMEOUT=<s>] [MEMORY_GB=<GiB>]" >&2; exit 2; }
-	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) $(LIMIT_FLAGS) \
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>] [LMS=auto|all|canvas|moodle|none] [CELL_TIMEOUT=<s>] [NOTEBOOK_TIMEOUT=<s>] [MEMORY_GB=<GiB>]" >&2; exit 2; }
+	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) --lms "$(LMS)" $(LIMIT_FLAGS) \
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 # One pytest worker a core (pytest-xdist). A test module runs whole on one worker (`--dist

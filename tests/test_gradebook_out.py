@@ -34,9 +34,9 @@ from tests.conftest import (
 )
 
 BOM = b"\xef\xbb\xbf"
-ROSTER = (
+ROSTER = (  # wangwu sent no file
     "student_id,name,lms_user_id,email\n张三,张三,4711,zhangsan@example.edu\n"
-    "lisi,李四,4712,lisi@example.edu\nbroken,,,\n"
+    "lisi,李四,4712,lisi@example.edu\nbroken,,,\nwangwu,王五,4713,wangwu@example.edu\n"
 )
 
 
@@ -100,11 +100,11 @@ def broken_only(tmp_path):
 def test_grades_csv_starts_with_a_bom_and_round_trips_chinese_ids_through_csv(batch):
     raw = (batch["report"] / "grades.csv").read_bytes()
     assert raw[:3] == BOM, "Excel reads BOM-less UTF-8 as GBK on a Chinese-locale Windows"
-    assert raw[3:13] == b"student_id"
+    assert raw[3:18] == b"student_id,name"
     assert "张三".encode() in raw and "张三".encode("gbk") not in raw
     text = raw.decode("utf-8-sig")
     rows = list(csv.DictReader(text.splitlines()))
-    assert {row["student_id"] for row in rows} == {"张三", "lisi", "broken"}
+    assert {row["student_id"] for row in rows} == {"张三", "lisi", "broken", "wangwu"}
     # the stdlib reader round-trips the file unchanged
     lines = list(csv.reader(text.splitlines()))
     rewritten = "\r\n".join(",".join(csv_field(f) for f in line) for line in lines) + "\r\n"
@@ -120,7 +120,7 @@ def test_grades_csv_columns_are_totals_parts_todos_cells_then_reason(batch):
     todos = sorted({todo_number(g) for g, _ in columns})
     header = next(csv.reader((batch["report"] / "grades.csv").open(encoding="utf-8-sig")))
     assert header == (
-        ["student_id", "score", "max_score", "status", "late", "source"]
+        ["student_id", "name", "score", "max_score", "status", "late", "source"]
         + [part.key for part in PARTS]
         + [f"todo{n}" for n in todos]
         + [g for g, _ in columns]
@@ -133,6 +133,9 @@ def test_subtotals_equal_the_sum_of_their_cells_and_score_leaves_the_challenge_o
     columns = grade_columns(batch["release"])
     counted_points = sum(p for g, p in columns if part_of(g).counted)
     for student, row in batch["rows"].items():
+        if row["status"] == "missing":  # wangwu: no file, no points
+            assert row["score"] == "" and row["max_score"] == f"{counted_points:g}"
+            continue
         for number in ALL_TODOS:
             cells = [g for g, _ in columns if todo_number(g) == number]
             assert float(row[f"todo{number}"]) == sum(float(row[g]) for g in cells), student
@@ -189,7 +192,7 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     # the page shows the final numbers, the graded ones beside them; so does the console
     final, graded = lisi["score"], fmt_points(float(lisi_before["score"]))
     assert f"lisi：{final} / {lisi['max_score']}（自动评分 {graded}）" in page
-    assert re.search(rf"lisi\s+{final}\s+{graded}\s+graded\s+overridden", run.stdout)
+    assert re.search(rf"lisi 李四\s+{final}\s+{graded}\s+graded\s+overridden", run.stdout)
     assert page.index("老师的调整") < page.index("逐格结果"), "near the top"
     # the LMS files carry the overridden score
     canvas = list(csv.DictReader((report / "canvas.csv").open(encoding="utf-8-sig")))
@@ -273,6 +276,11 @@ def test_canvas_and_moodle_files_follow_their_import_layouts_with_roster_ids(bat
     assert lisi["Email address"] == "lisi@example.edu" and lisi["Full name"] == "李四"
     assert lisi[ASSIGNMENT] == batch["rows"]["lisi"]["score"] and "不计入总分" in lisi["Feedback"]
     assert "not in the roster" not in batch["run"].stderr
+    # The roster's student with no file: a row with no grade, and a word why, in both files.
+    assert by_id["wangwu"] == ["王五", "4713", "wangwu", "", "", ""]
+    wangwu = next(r for r in moodle if r["ID number"] == "wangwu")
+    assert wangwu[ASSIGNMENT] == "" and "没有收到提交" in wangwu["Feedback"]
+    assert re.search(r"1 row\(s\) exported with NO grade \(1 missing\): wangwu", batch["run"].stderr)
 
 
 def test_summary_shows_pass_rates_a_plot_and_ungradable_files_offline(batch, tmp_path):
@@ -281,7 +289,8 @@ def test_summary_shows_pass_rates_a_plot_and_ungradable_files_offline(batch, tmp
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page), "no network"
     text = html.unescape(re.sub(r"<[^>]+>", " ", page.split("<svg")[0] + page.split("</svg>")[-1]))
     assert re.search(r"todo2\s+核心：PrefixCacheManager\s+12\s+1/2\s+50%", text), text[:2000]
-    assert re.search(r"test_todo1_basic\s+TODO 1 .*?\s+4\s+2/2\s+100%", text)
+    assert re.search(r"TODO 1 · 基本\s+随机 list 输入.*?\s+4\s+2/2\s+100%", text)
+    assert re.search(r"wangwu\s+王五\s+—\s+missing", text), "every roster student has a row"
     assert re.search(r"invalid_json\s+1\s+broken", text)
     shot = tmp_path / "summary.png"
     subprocess.run(

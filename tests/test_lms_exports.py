@@ -143,6 +143,48 @@ def test_blackboard_user_names_holding_underscores(tmp_path):
         assert graded(intake) == {name: "li_wei5", own: "li_wei6"}
 
 
+@pytest.mark.parametrize(
+    "header", ["学号,姓名,lms_user_id", "Student ID,Last Name,Username", "学号,姓名,用户名"]
+)
+def test_a_blackboard_user_name_the_roster_lists_is_matched_whole_before_the_name_is_split(
+    tmp_path, header
+):
+    # The held-out export: Blackboard writes "<assignment>_<user name>_attempt_<time>", and
+    # both may hold `_`. The roster's user name `li_wei5` is the whole tail of the name.
+    name = "Ch 34 作业_li_wei5_attempt_2026-11-30-10-15-00_ch34_prefix_cache.ipynb"
+    write(tmp_path / "export", name)
+    people = roster(tmp_path, f"{header}\n2023001,李伟,li_wei5\n2023002,王五,wang_wu\n")
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert graded(intake) == {name: "2023001"}, unknown(intake)
+        assert "li_wei5" in intake.submissions[0].why
+
+
+def test_a_user_name_holding_separators_is_found_whole_in_any_layout_that_would_split_it(tmp_path):
+    # The assignment's name holds `_` too; the user name holds `-` and `.`; a plain file name
+    # holds the user name among other words. Each is one roster student, matched whole.
+    names = {
+        "ch_34_hw_zhang-san.3_attempt_2026-11-30-10-15-00.ipynb": "2023003",
+        "li_wei5_第34章.ipynb": "2023001",
+    }
+    for name in names:
+        write(tmp_path / "export", name)
+    people = roster(
+        tmp_path, "学号,姓名,用户名\n2023001,李伟,li_wei5\n2023003,张三,zhang-san.3\n"
+    )
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert graded(intake) == names, unknown(intake)
+
+
+def test_a_blackboard_name_read_as_two_roster_students_is_tied_to_no_one(tmp_path):
+    # `wei5` is one student's id and `li_wei5` another's user name: the file names either.
+    name = "Ch 34 作业_li_wei5_attempt_2026-11-30-10-15-00.ipynb"
+    write(tmp_path / "export", name)
+    people = roster(tmp_path, "student_id,name,username\nwei5,Wei,\n2023001,Li Wei,li_wei5\n")
+    with discover(tmp_path / "export", roster=people) as intake:
+        assert graded(intake) == {}
+        assert "several roster students (2023001, wei5)" in unknown(intake)[name]
+
+
 def test_brightspace_folders_are_read_by_name_with_a_roster_and_refused_without(tmp_path):
     folder = "148-2093 - Zhang San - Nov 30, 2026 1015 AM"
     write(tmp_path / "export", f"{folder}/{NOTEBOOK}")

@@ -136,6 +136,13 @@ def parser() -> argparse.ArgumentParser:
         "REPORT/intake.csv; grade nothing (`make intake`)",
     )
     parser.add_argument(
+        "--lms",
+        choices=("auto", "all", "canvas", "moodle", "none"),
+        default="auto",
+        help="which LMS gradebook files to write: auto (those of the LMS the export came from; "
+        "all for an export of no LMS), all, canvas, moodle or none",
+    )
+    parser.add_argument(
         "--keep-going",
         action="store_true",
         help="grade every submission even when most fail the same way on the grader's side, "
@@ -222,6 +229,7 @@ def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | N
         sandbox_kind=sandbox_kind(sandbox, serving),
         stop_on_fault=not args.keep_going,
         replace_graded=args.replace_graded,
+        lms_files=args.lms,
     )
     return grade_sandboxed(intake, args, settings)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import nbformat
 
-from .nbsource import CHECKS_DIR, PARTS, SourceError, check_file_text
+from .nbsource import CHECKS_DIR, PARTS, SourceError, check_file_text, nbgrader_meta
 
 COMMON = "_common.py"  # helpers every check uses
 TIMEBOX = "_timebox.py"  # the time box every check runs in (the visible checks too)
@@ -395,3 +395,29 @@ def time_boxes() -> TimeBoxes:
         tuple(hidden),
         tuple(n for n in visible if n),
     )
+
+
+# A grade cell's first line as `Check.header` writes it, read back where a person sees the check
+# (the feedback page from the autograded notebook, summary.html from the release).
+HEADER = re.compile(r"^# TODO (?P<todo>\d+) · (?P<title>.+?)（[\d.]+ 分）：(?P<says>.*)$")
+
+
+def check_titles(nb) -> dict[str, tuple[str, str]]:
+    """{grade_id: (title, says)} of every grade cell of `nb` whose first line is a check's header."""
+    titles = {}
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if cell.cell_type != "code" or not meta.get("grade"):
+            continue
+        found = HEADER.match(cell.source.lstrip().split("\n", 1)[0])
+        if found:
+            titles[meta.get("grade_id", "")] = (found["title"], found["says"].strip())
+    return titles
+
+
+def check_label(grade_id: str, titles: dict) -> str:
+    """`TODO 2 · 尾块` for a check with a title (`check_titles`), else its grade id."""
+    found = re.match(r"^test_todo(\d+)_", grade_id)
+    if grade_id in titles and found:
+        return f"TODO {found[1]} · {titles[grade_id][0]}"
+    return grade_id

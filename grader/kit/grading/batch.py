@@ -61,6 +61,7 @@ class BatchSettings:
     stop_on_fault: bool = True
     replace_graded: bool = False  # a non-grade status may replace an earlier run's grade
     progress: TextIO = sys.stderr
+    lms_files: str = "auto"  # which LMS files REPORT gets (`report.lms.CHOICES`, --lms)
 
 
 def grade_all(
@@ -87,7 +88,8 @@ def grade_all(
         raise NoGradingCourse(f"no grading course at {course}: run `make notebooks` first")
     release = nbformat.read(course / paths.STUDENT_RELEASE, as_version=4)
     # Everything the instructor wrote is checked before anything is graded.
-    writer = ReportWriter.open(report_dir, release, {s.student_id for s in submissions}, intake)
+    students = {s.student_id for s in submissions}
+    writer = ReportWriter.open(report_dir, release, students, intake, settings.lms_files)
     batch = Batch(submissions, report_dir, settings, release, writer, reference)
     warm_up(release)
     batch.run(course)

@@ -49,11 +49,11 @@ def identify(reading: dict, parts: tuple[str, ...], roster: Roster | None) -> Id
         for number in reading["candidates"] or (reading["student_id"],):
             if hit := roster.by_lms(number):
                 return Identity(hit, f"{why} → roster lms_user_id")
-    if keyed == "id":
-        hits = {c: roster.by_id(c) for c in reading["candidates"] or (reading["student_id"],)}
-        found = {hit for hit in hits.values() if hit}
+    if keyed == "id":  # each reading whole, as a student id, an LMS user id or a user name
+        found = id_hits(reading["candidates"] or (reading["student_id"],), roster)
         if len(found) == 1:
-            return Identity(found.pop(), f"{why} → roster student_id")
+            (student_id, (candidate, what)), *_ = found.items()
+            return Identity(student_id, f"{why} → roster {what} {candidate!r}")
         if len(found) > 1:
             return unknown(
                 f"{why}: it reads as several roster students ({', '.join(sorted(found))})"
@@ -66,6 +66,25 @@ def identify(reading: dict, parts: tuple[str, ...], roster: Roster | None) -> Id
         if len(hits) > 1:
             return unknown(f"the name {name!r} is shared by {', '.join(hits)}: ambiguous")
     return search_names(reading, parts, roster)
+
+
+def id_hits(candidates, roster: Roster) -> dict[str, tuple[str, str]]:
+    """{roster student: (the reading that names it, the roster column)} over `candidates`.
+
+    Each is matched whole, against student_id, then lms_user_id and username: a Blackboard user
+    name `li_wei5` finds its student before the split reading `wei5` could find another; where
+    two readings find two students, the caller ties the file to no one.
+    """
+    found: dict[str, tuple[str, str]] = {}
+    for candidate in candidates:
+        for lookup, column in (
+            (roster.by_id, "student_id"),
+            (roster.by_account, "lms_user_id/username"),
+        ):
+            hit = lookup(candidate)
+            if hit and hit not in found:
+                found[hit] = (candidate, column)
+    return found
 
 
 def without_roster(reading: dict) -> Identity:

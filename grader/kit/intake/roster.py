@@ -1,11 +1,25 @@
 """The course's roster: one CSV that maps what an LMS puts in file names to student ids.
 
-    student_id,name,lms_user_id,email
-    2023007,Wang Wu,12347,wangwu@example.edu
+    student_id,name,lms_user_id,username,email
+    2023007,Wang Wu,12347,wangwu7,wangwu@example.edu
 
 `student_id` is required and unique; `name`, `lms_user_id` (the LMS's own user number, as
-Moodle and Canvas put it in file names; for Moodle the participant number of the assignment)
-and `email` are optional. Read as Excel saves it: UTF-8 (with or without a BOM) or GBK.
+Moodle and Canvas put it in file names; for Moodle the participant number of the assignment),
+`username` (the LMS login, as Blackboard puts it in file names) and `email` are optional. The
+headers may be those of the export the roster came from (`学号,姓名,邮箱`, `Student ID`,
+`Username`, ...: `HEADER_NAMES`, listed in docs/grading.md). Read as Excel saves it: UTF-8
+(with or without a BOM) or GBK.
+
+A roster is whatever the instructor has: a list saved from Excel out of the school's 教务系统
+(`序号,学号,姓名,性别,班级`), Moodle's participants or grader export (`First name,Last name,
+ID number,Email address`), Canvas's gradebook export (`Student,ID,SIS User ID,SIS Login ID`),
+Blackboard's Grade Center (`Last Name,First Name,Username,Student ID`), or the kit's own header.
+Headers are compared with case, spaces, `_`, `-`, `/` and a trailing `*` dropped, so `Student ID`,
+`student_id` and `STUDENT-ID` are one name; other columns are ignored. Where two columns name one
+field, the one listed first in `HEADER_NAMES` wins (the kit's own name first) and the other is
+ignored: a Canvas export's `SIS User ID` is the student id, its `ID` the Canvas user id. A title
+line above the header (a 教务系统's "2026 秋季学期 … 学生名单") is skipped: the header is the first
+of the first `HEADER_SEARCH` lines that names a student id.
 """
 
 from __future__ import annotations
@@ -18,10 +32,87 @@ from pathlib import Path
 from ..errors import RosterError, UnreadableCsv
 from ..report.formats import open_csv
 
+# field -> the headers read as it, best first. Keys of a roster row are these fields.
+HEADER_NAMES: dict[str, tuple[str, ...]] = {
+    "student_id": (
+        "student_id", "学号", "学生学号", "工号/学号", "学号/工号", "学工号", "学籍号",
+        "Student ID", "Student Number", "ID number", "SIS User ID", "SIS ID", "Matriculation number",
+    ),
+    "name": (
+        "name", "姓名", "学生姓名", "名字", "Full name", "Student name", "Student", "Display name",
+    ),
+    "lms_user_id": (
+        "lms_user_id", "LMS user id", "User ID", "用户ID", "ID", "Participant", "Participant number",
+    ),
+    "username": (
+        "username", "用户名", "账号", "帐号", "登录名", "User name", "Login", "Login ID",
+        "SIS Login ID",
+    ),
+    "email": ("email", "邮箱", "电子邮箱", "电子邮件", "Email address", "E-mail", "Mail"),
+    # Split names (Moodle, Blackboard): joined into `name` when no column gives it whole.
+    "first_name": ("First name", "名", "Given name"),
+    "last_name": ("Last name", "姓", "Surname", "Family name"),
+}  # fmt: skip
+FIELDS = ("student_id", "name", "lms_user_id", "username", "email")
+HEADER_SEARCH = 5
+
+
+def header_key(text: str) -> str:
+    """A header as compared: case, spaces, `_`, `-`, `/`, a BOM and a trailing `*` dropped."""
+    return re.sub(r"[\s_\-/*\ufeff]+", "", (text or "").casefold())
+
+
+_FIELD_OF = {}
+_RANK = {}
+for _field, _names in HEADER_NAMES.items():
+    for _rank, _name in enumerate(_names):
+        _FIELD_OF.setdefault(header_key(_name), _field)
+        _RANK.setdefault(header_key(_name), _rank)
+
+
+def columns_of(header: list[str]) -> dict[str, int]:
+    """{field: the index of the column that gives it} for one header line."""
+    best: dict[str, tuple[int, int]] = {}
+    for index, text in enumerate(header):
+        key = header_key(text)
+        field = _FIELD_OF.get(key)
+        if field and (field not in best or _RANK[key] < best[field][0]):
+            best[field] = (_RANK[key], index)
+    return {field: index for field, (_, index) in best.items()}
+
+
+def find_header(lines: list[list[str]]) -> tuple[int, dict[str, int]] | None:
+    """(the header's line index, its `columns_of`) among the first lines; None if none names an id."""
+    for at, line in enumerate(lines[:HEADER_SEARCH]):
+        columns = columns_of(line)
+        if "student_id" in columns:
+            return at, columns
+    return None
+
+
+def person(line: list[str], columns: dict[str, int]) -> dict[str, str]:
+    """One roster row as {field: value} (FIELDS), the split name joined where there is no whole one."""
+
+    def cell(field: str) -> str:
+        index = columns.get(field)
+        return line[index].strip() if index is not None and index < len(line) else ""
+
+    row = {field: cell(field) for field in FIELDS}
+    if not row["name"]:
+        first, last = cell("first_name"), cell("last_name")
+        cjk = not (first + last).isascii()
+        row["name"] = (last + first) if cjk else " ".join(x for x in (first, last) if x)
+    return row
+
+
+def accepted() -> str:
+    """The accepted headers, one field a line, for an error message."""
+    return "; ".join(f"{field}: {', '.join(names)}" for field, names in HEADER_NAMES.items())
+
 
 @dataclass
 class Roster:
-    """The course's students: student_id, and optionally name, lms_user_id and email."""
+    """The course's students: student_id, and optionally name, lms_user_id, username, email."""
 
     rows: list[dict]
 
@@ -35,18 +126,21 @@ class Roster:
         except UnreadableCsv as error:  # neither UTF-8 nor GBK
             raise RosterError(str(error).removeprefix("error: ")) from None
         with handle:
-            reader = csv.DictReader(handle)
-            header = [(h or "").strip().lower() for h in reader.fieldnames or []]
-            if "student_id" not in header:
-                raise RosterError(
-                    f"roster {path} has no student_id column (its header is {header}): the "
-                    "first line must name the columns, e.g. student_id,name,lms_user_id,email"
-                )
-            reader.fieldnames = header
-            rows = [{k: (v or "").strip() for k, v in row.items() if k} for row in reader]
-        for key in ("student_id", "lms_user_id"):
+            reader = csv.reader(handle)  # (its line number, the line) of every line not blank
+            numbered = [(reader.line_num, line) for line in reader if any(map(str.strip, line))]
+        lines = [line for _, line in numbered]
+        found = find_header(lines)
+        if found is None:
+            raise RosterError(
+                f"roster {path} has no student id column (its first line is {lines[:1]}): the "
+                "header must name one, e.g. student_id,name,lms_user_id,email or 学号,姓名,邮箱. "
+                f"Accepted headers (docs/grading.md): {accepted()}"
+            )
+        at, columns = found
+        rows = [person(line, columns) for line in lines[at + 1 :]]
+        for key in ("student_id", "lms_user_id", "username"):
             seen = {}
-            for line, row in enumerate(rows, start=2):
+            for (line, _), row in zip(numbered[at + 1 :], rows):
                 value = row.get(key, "")
                 if key == "student_id" and not value:
                     raise RosterError(f"roster {path}, line {line}: the student_id is empty")
@@ -63,6 +157,10 @@ class Roster:
             (r["student_id"] for r in self.rows if number and r.get("lms_user_id") == number), None
         )
 
+    def by_account(self, key: str) -> str | None:
+        """The student whose `lms_user_id` or `username` is `key`, whole, or None."""
+        return next((r["student_id"] for r in self.rows if key and key in account_keys(r)), None)
+
     def by_id(self, key: str) -> str | None:
         """The student whose `student_id` is `key`, or None."""
         return next((r["student_id"] for r in self.rows if r["student_id"] == key), None)
@@ -77,8 +175,9 @@ class Roster:
     def search(self, text: str) -> tuple[list[str], list[str]]:
         """(students whose id, students whose name, occurs in `text`), each sorted.
 
-        An id counts where no other letter or digit of the Latin alphabet touches it
-        (`2025001_张三`, `李四-2025002`, `2025003王小明`); a Chinese name counts anywhere in the
+        An id (or a `username`, or an `lms_user_id` that is not only digits) counts where no
+        other letter or digit of the Latin alphabet touches it (`2025001_张三`, `李四-2025002`,
+        `2025003王小明`, `li_wei5_作业`); a Chinese name counts anywhere in the
         text, a Latin name as whole words (`Zhang San`, `zhang_san`, `ZhangSan`).
         """
         by_id, by_name = set(), set()
@@ -86,7 +185,9 @@ class Roster:
         squashed = simplified(text)
         for row in self.rows:
             sid = row["student_id"]
-            if re.search(rf"(?<![0-9A-Za-z]){re.escape(sid)}(?![0-9A-Za-z])", text):
+            # An LMS number alone is not searched: a time stamp's digits could read as one.
+            keys = [sid, *(k for k in account_keys(row) if not k.isdigit())]
+            if any(whole_in(key, text) for key in keys):
                 by_id.add(sid)
             name = row.get("name", "")
             if not simplified(name):
@@ -97,6 +198,16 @@ class Roster:
             elif simplified(name) in words or _words_in(name, words):
                 by_name.add(sid)
         return sorted(by_id), sorted(by_name)
+
+
+def account_keys(row: dict) -> set[str]:
+    """The LMS's names of a roster row's person: its `lms_user_id` and `username`, as written."""
+    return {row.get(key, "") for key in ("lms_user_id", "username")} - {""}
+
+
+def whole_in(key: str, text: str) -> bool:
+    """Whether `key` occurs in `text` with no Latin letter or digit touching it."""
+    return bool(re.search(rf"(?<![0-9A-Za-z]){re.escape(key)}(?![0-9A-Za-z])", text))
 
 
 def person_keys(row: dict) -> set[str]:

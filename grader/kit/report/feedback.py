@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from ..authoring.checkcells import check_label, check_titles
 from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
 from .causes import cause_by_todo, definition_errors
 from .formats import esc, html_page
@@ -29,8 +30,8 @@ STYLE = """
 body { font: 15px/1.5 system-ui, "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; }
 pre { background: #f6f8fa; padding: .6em; overflow-x: auto; white-space: pre-wrap; }
 table { border-collapse: collapse; margin: .4em 0 1em; } td, th { border: 1px solid #ccc; padding: .2em .6em; vertical-align: top; text-align: left; }
-.pass { color: #1a7f37; } .fail { color: #cf222e; } .cell { border-left: 4px solid #ccc; padding-left: .8em; margin: 1em 0; }
-.cell.fail { border-color: #cf222e; } .cell.pass { border-color: #1a7f37; }
+.pass { color: #1a7f37; } .fail { color: #cf222e; } .adjusted { color: #0550ae; } .skipped { color: #57606a; } .cell { border-left: 4px solid #ccc; padding-left: .8em; margin: 1em 0; }
+.cell.fail { border-color: #cf222e; } .cell.pass { border-color: #1a7f37; } .cell.adjusted { border-color: #0550ae; }
 .todos { width: 100%; } .todos td:nth-child(-n+2) { white-space: nowrap; } .todos td:nth-child(3) { width: 100%; }
 .note { background: #fff8c5; border: 1px solid #d4a72c; padding: .6em 1em; }
 ul.checks { margin: 0; padding-left: 1.2em; } code { font-size: 90%; }
@@ -116,31 +117,42 @@ def render(
     overrides=(),
     final: dict | None = None,
     files: tuple[str, list[str], str] | None = None,
+    name: str = "",
 ) -> str:
     """The feedback page. `scores` maps grade_id to (score, max_score); `nb` is the autograded notebook.
 
     `reason` is the instructor's (English) and is not shown; the student reads `STATUS_TEXT`.
     `overrides` are the teacher's adjustments: dicts with `column`, `value` and `note`; `final`
     is the grades.csv row after them (score, parts, TODOs), shown with the as-graded numbers
-    beside. `files` is (the file graded, the student's files not graded, the rule that chose).
+    beside. `files` is (the file graded, the student's files not graded, the rule that chose);
+    `name` the roster's name of the student. A flagged page lists no check: its scores were
+    zeroed before anyone looked (`flagged_section`).
     """
     errors = definition_errors(nb)
     messages = with_causes(failure_messages(nb), scores, errors)
+    titles = check_titles(nb)
     total = counted_score(scores)  # as grades.csv's `score`: the counted parts only
     maximum = max_score([(g, p) for g, (_, p) in scores.items()])
     score = (final or {}).get("score")
     parts = [
-        f"<h1>{esc(student_id)}：{shown(score, total)} / {maximum:g}{beside(score, total)}</h1>"
+        f"<h1>{who(student_id, name)}：{shown(score, total)} / {maximum:g}"
+        f"{beside(score, total)}</h1>"
     ]
     if status != "graded":
         what, todo = STATUS_TEXT.get(status, STATUS_TEXT["grader_error"])
         parts.append(f"<p class='note fail'>{esc(what)}{esc(todo)}（状态：{esc(status)}）</p>")
     parts.append(files_section(files))
-    parts.append(overrides_section(overrides))
-    parts.append(causes_section(errors))
-    parts.append(verdict(scores, messages, final or {}))
+    parts.append(overrides_section(overrides, titles))
+    if status == "flagged":
+        parts.append(flagged_section(scores, final or {}))
+    else:
+        parts.append(causes_section(errors))
+        parts.append(verdict(scores, messages, final or {}, titles))
     parts.append(repairs_section(repairs))
-    cells = "\n".join(code_cell(cell, scores) for cell in nb.cells if cell.cell_type == "code")
+    shown_scores = {} if status == "flagged" else scores
+    cells = "\n".join(
+        code_cell(cell, shown_scores, final or {}) for cell in nb.cells if cell.cell_type == "code"
+    )
     parts.append(
         f"<details><summary>完整的 notebook（逐格结果，点击展开）</summary>\n{cells}\n</details>"
     )
@@ -148,7 +160,14 @@ def render(
 
 
 def failure_page(
-    student_id: str, status: str, reason: str, repairs=(), overrides=(), final=None, files=None
+    student_id: str,
+    status: str,
+    reason: str,
+    repairs=(),
+    overrides=(),
+    final=None,
+    files=None,
+    name: str = "",
 ) -> str:
     """The page for a submission nbgrader could not grade: what happened and what to do, in Chinese.
 
@@ -161,7 +180,7 @@ def failure_page(
     if score not in (None, "", "0"):
         counted = f"老师调整后的得分：{esc(score)}（自动评分 0）。"
     parts = [
-        f"<h1>{esc(student_id)}：未能自动评分</h1>",
+        f"<h1>{who(student_id, name)}：未能自动评分</h1>",
         f"<p class='note'>{esc(what)}</p>",
         f"<p><b>怎么办：</b>{esc(todo)}</p>",
         f"<p>状态：<code>{esc(status)}</code>。{counted}</p>",
@@ -170,6 +189,11 @@ def failure_page(
         repairs_section(repairs),
     ]
     return page(f"{student_id}: {status}", "\n".join(p for p in parts if p))
+
+
+def who(student_id: str, name: str = "") -> str:
+    """The page's heading names the student: `name（student_id）`, or the id alone."""
+    return f"{esc(name)}（{esc(student_id)}）" if name else esc(student_id)
 
 
 def shown(final, graded: float) -> str:
@@ -197,12 +221,15 @@ def files_section(files) -> str:
     return text + "</p>"
 
 
-def verdict(scores: dict, messages: dict, final: dict | None = None) -> str:
+def verdict(scores: dict, messages: dict, final: dict | None = None, titles=None) -> str:
     """Per part: its subtotal, then one row per TODO with its points and its failed checks.
 
-    `final` holds the teacher's adjusted subtotals (grades.csv's row), shown beside the graded.
+    `final` holds the teacher's adjusted numbers (grades.csv's row: cells, TODOs, parts), shown
+    beside the graded and never as a failure. A part that does not count, left unfinished (no
+    point, every failed check unfinished), is one line; `titles` (`checkcells.check_titles`) name
+    the checks.
     """
-    final = final or {}
+    final, titles = final or {}, titles or {}
     groups: dict = {}
     for grade_id, score in scores.items():
         part = part_of(grade_id)
@@ -218,9 +245,17 @@ def verdict(scores: dict, messages: dict, final: dict | None = None) -> str:
         title = part.title if part else "其他评分单元格"
         note = "" if part is None or part.counted else "（不计入总分）"
         value = final.get(part.key) if part else None
-        css = "pass" if shown(value, earned) == f"{points:g}" else "fail"
+        checks = [c for todo_checks in todos.values() for c in todo_checks]
+        if part is not None and not part.counted and skipped(checks, messages, value):
+            html_parts.append(
+                f"<h2>{esc(title)}：{earned:g} / {points:g}{note}</h2><p class=skipped>选做，"
+                f"没有完成：TODO {'、'.join(str(t) for t in sorted(t for t in todos if t))} 的 "
+                f"{len(checks)} 个检查都停在“请先完成”。不影响总分。</p>"
+            )
+            continue
+        css = standing(value, earned, points)
         rows = "".join(
-            todo_row(todo, checks, messages, final.get(f"todo{todo}"))
+            todo_row(todo, checks, messages, final, titles)
             for todo, checks in sorted(todos.items(), key=lambda t: (t[0] is None, t[0] or 0))
         )
         html_parts.append(
@@ -231,23 +266,74 @@ def verdict(scores: dict, messages: dict, final: dict | None = None) -> str:
     return "\n".join(html_parts)
 
 
-def todo_row(todo, checks: list, messages: dict, final=None) -> str:
+def skipped(checks: list, messages: dict, final=None) -> bool:
+    """Whether a part's checks (grade_id, score, points) all scored 0 as unfinished TODOs."""
+    return (
+        final in (None, "", "0")
+        and all(s == 0 for _, s, _ in checks)
+        and all(unfinished(messages.get(grade_id, "")) for grade_id, _, _ in checks)
+    )
+
+
+def unfinished(message: str) -> bool:
+    """Whether a check's message says its TODO still raises NotImplementedError."""
+    return message.startswith("NotImplementedError")
+
+
+def standing(final, earned: float, points: float) -> str:
+    """The css class of a number: pass (full points), adjusted (the teacher's), else fail."""
+    if shown(final, earned) == f"{points:g}":
+        return "pass"
+    return "adjusted" if beside(final, earned) else "fail"
+
+
+def todo_row(todo, checks: list, messages: dict, final: dict, titles: dict) -> str:
+    """A TODO's points (final beside graded) and its failed checks: an overridden check shows
+    the teacher's value, unfinished checks are one line."""
     earned = sum(s for _, s, _ in checks)
     points = sum(p for _, _, p in checks)
+    value = final.get(f"todo{todo}")
     failed = [(grade_id, s, p) for grade_id, s, p in checks if s < p]
-    if not failed:
-        result = "<span class=pass>全部通过</span>"
-    else:
-        result = failed_checks(failed, messages)
+    items = []
+    waiting = [c for c in failed if unfinished(messages.get(c[0], "")) and c[0] not in final]
+    if len(waiting) > 1:
+        items.append(
+            f"<li>{len(waiting)} 个检查没有运行：请先完成 TODO {todo}"
+            f"（仍在 raise NotImplementedError）</li>"
+        )
+    plain = []  # failed checks the teacher did not adjust
+    for grade_id, s, p in failed:
+        if len(waiting) > 1 and (grade_id, s, p) in waiting:
+            continue
+        cell = final.get(grade_id)
+        if beside(cell, s):
+            css = standing(cell, s, p)
+            items.append(
+                f"<li class={css}>{check_name(grade_id, titles)}"
+                f"（{shown(cell, s)} / {p:g}，老师调整；自动评分 {s:g}）</li>"
+            )
+            continue
+        plain.append((grade_id, s, p))
+    adjusted = " class=adjusted" if beside(value, earned) else ""  # the TODO was overridden
+    items += failed_checks(plain, messages, titles, adjusted)
+    result = (
+        f"<ul class=checks>{''.join(items)}</ul>" if items else "<span class=pass>全部通过</span>"
+    )
     label = f"TODO {todo}" if todo is not None else esc(checks[0][0])
-    css = "pass" if not failed else "fail"
-    points_text = f"{shown(final, earned)} / {points:g}{beside(final, earned)}"
+    css = standing(value, earned, points)
+    points_text = f"{shown(value, earned)} / {points:g}{beside(value, earned)}"
     return f"<tr><td>{label}</td><td class={css}>{points_text}</td><td>{result}</td></tr>"
 
 
-def failed_checks(failed: list, messages: dict) -> str:
-    """A TODO's failed checks with the first message of each; checks that failed with the same
-    message (a cause they share: an answer cell that did not run, a dead kernel) share a line."""
+def check_name(grade_id: str, titles: dict) -> str:
+    """A check as the learner reads it: its title, else its grade id."""
+    return esc(titles[grade_id][0]) if grade_id in titles else f"<code>{esc(grade_id)}</code>"
+
+
+def failed_checks(failed: list, messages: dict, titles: dict, css: str = "") -> list:
+    """<li> items: a TODO's failed checks with the first message of each; checks that failed
+    with the same message (a cause they share: an answer cell that did not run, a dead kernel)
+    share a line. `css` is the items' class attribute (the TODO was adjusted)."""
     by_message: dict = {}
     for grade_id, s, p in failed:
         message = messages.get(grade_id) or "没有错误信息：这个检查没有通过"
@@ -256,15 +342,17 @@ def failed_checks(failed: list, messages: dict) -> str:
     for message, checks in by_message.items():
         if len(checks) == 1:
             ((grade_id, s, p),) = checks
-            items.append(f"<li><code>{esc(grade_id)}</code>（{s:g} / {p:g}）：{esc(message)}</li>")
+            items.append(
+                f"<li{css}>{check_name(grade_id, titles)}（{s:g} / {p:g}）：{esc(message)}</li>"
+            )
             continue
         earned, points = sum(c[1] for c in checks), sum(c[2] for c in checks)
-        names = "、".join(f"<code>{esc(c[0])}</code>" for c in checks)
+        names = "、".join(check_name(c[0], titles) for c in checks)
         items.append(
-            f"<li>{len(checks)} 项检查（{earned:g} / {points:g}）：{esc(message)}"
+            f"<li{css}>{len(checks)} 项检查（{earned:g} / {points:g}）：{esc(message)}"
             f"<br><small>{names}</small></li>"
         )
-    return f"<ul class=checks>{''.join(items)}</ul>"
+    return items
 
 
 def with_causes(messages: dict, scores: dict, errors) -> dict:
@@ -287,6 +375,23 @@ def causes_section(errors) -> str:
         "<div class='note fail'><b>先看这里：</b>"
         + bullets(e.learner_text for e in errors)
         + "</div>"
+    )
+
+
+def flagged_section(scores: dict, final: dict) -> str:
+    """A flagged page's parts, without checks: each was zeroed before anyone looked."""
+    rows = []
+    for part in PARTS:
+        points = sum(p for g, (_, p) in scores.items() if part_of(g) is part)
+        if points:
+            value = final.get(part.key)
+            rows.append(
+                f"<tr><td>{esc(part.title)}</td><td>{shown(value, 0.0)} / {points:g}"
+                f"{beside(value, 0.0)}</td></tr>"
+            )
+    return (
+        "<p>在老师复查之前，各个检查的结果不显示：复查之后，老师会给出得分或请你说明。</p>"
+        f"<table class=todos><tr><th>部分</th><th>得分</th></tr>{''.join(rows)}</table>"
     )
 
 
@@ -332,11 +437,13 @@ def scrub_paths(text: str) -> str:
     return MACHINE_PATH.sub(lambda m: "…/" + m.group(0).rstrip("/").rsplit("/", 1)[-1], str(text))
 
 
-def overrides_section(overrides) -> str:
-    """The instructor's adjustments (dicts with column, value, note), or '' when there are none."""
+def overrides_section(overrides, titles=None) -> str:
+    """The instructor's adjustments (dicts with column, value, note), or '' when there are none;
+    a check is named by its title (`titles`)."""
     if not overrides:
         return ""
     names = {"score": "总分"} | {part.key: part.title for part in PARTS}
+    names |= {grade_id: check_label(grade_id, titles) for grade_id in titles or {}}
     todos = [o["column"] for o in overrides if re.fullmatch(r"todo\d+", o["column"])]
     names |= {column: f"TODO {column[4:]}" for column in todos}
     rows = "".join(
@@ -360,7 +467,7 @@ def bullets(lines) -> str:
     return "<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>"
 
 
-def code_cell(cell, scores: dict) -> str:
+def code_cell(cell, scores: dict, final: dict | None = None) -> str:
     meta = nbgrader_meta(cell)
     grade_id = meta.get("grade_id", "")
     is_grade = bool(meta.get("grade"))
@@ -368,8 +475,12 @@ def code_cell(cell, scores: dict) -> str:
     verdict_line, css = "", ""
     if grade_id in scores:
         score, points = scores[grade_id]
-        css = "pass" if score == points else "fail"
-        verdict_line = f"<p class={css}><b>{esc(grade_id)}</b>：{score:g} / {points:g}</p>"
+        value = (final or {}).get(grade_id)
+        css = standing(value, score, points)
+        verdict_line = (
+            f"<p class={css}><b>{esc(grade_id)}</b>：{shown(value, score)} / {points:g}"
+            f"{beside(value, score)}</p>"
+        )
     outputs = "".join(output_html(output, is_grade) for output in cell.get("outputs", []))
     return f'<div class="cell {css}">{verdict_line}<pre>{esc(source)}</pre>{outputs}</div>'
 

@@ -3,11 +3,15 @@
 grades.csv is UTF-8 with a byte-order mark (Excel on a Chinese-locale Windows reads BOM-less UTF-8
 as GBK), one row per student, columns in this order:
 
-    student_id, score, max_score, status,     score: the parts counted (nbsource.PARTS)
+    student_id, [name,] score, max_score,     name: when a roster gives names
+    status, late, source,                     score: the parts counted (nbsource.PARTS)
     core, kv, block,                          one subtotal per part; `block` is a challenge
     todo1 ... todo14,                         points per TODO, summed over its grade cells
     test_todo1_basic, ...                     points per grade cell, in notebook order
     reason, repairs
+
+With a roster, every roster student has a row: status `missing` for one with no file, or the
+fate of a file the intake did not grade (`absent_rows`).
 
 A column the instructor adds by hand is kept, in place and with its values, at every regrade.
 What the grader computed is also kept beside it (`.grades-as-graded.json`), so that a line taken
@@ -25,6 +29,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+import unicodedata
 from pathlib import Path
 
 from .. import paths
@@ -33,7 +38,11 @@ from ..intake.normalize import repairs_summary
 from .formats import open_csv, write_csv
 from .overrides import OVERRIDE_COLUMNS, apply_overrides, read_overrides
 from .scores import (
+    ABSENT_STATUSES,
     FIXED_COLUMNS,
+    GRADE_STATUSES,
+    MISSING,
+    SEVERAL,
     TODO_COLUMN,
     TRAILING_COLUMNS,
     column_maxima,
@@ -66,10 +75,16 @@ __all__ = [  # read from here by the rest of the kit and the tests, beside grade
 AS_GRADED = paths.AS_GRADED  # beside grades.csv: every row before overrides
 
 
-def kit_columns(columns: list[tuple[str, float]]) -> list[str]:
-    """The columns the grader writes, in order (hand-added ones go between them)."""
+NAME = "name"  # beside student_id, when a roster gives names
+
+
+def kit_columns(columns: list[tuple[str, float]], named: bool = False) -> list[str]:
+    """The columns the grader writes, in order (hand-added ones go between them); `named`: with
+    the `name` column."""
     return (
-        FIXED_COLUMNS
+        FIXED_COLUMNS[:1]
+        + [NAME] * named
+        + FIXED_COLUMNS[1:]
         + [key for key, _ in part_columns(columns)]
         + [name for name, _ in todo_columns(columns)]
         + [grade_id for grade_id, _ in columns]
@@ -81,6 +96,7 @@ def is_kit_column(name: str) -> bool:
     """True for a column the grader owns, in this layout or an older one (a renamed grade cell)."""
     return (
         name in FIXED_COLUMNS
+        or name == NAME
         or name in TRAILING_COLUMNS
         or name in {"late", "source"}
         or any(name == part.key for part in PARTS)
@@ -121,12 +137,17 @@ def write_grades(
     columns: list[tuple[str, float]],
     overrides: dict | None = None,
     drop=(),
+    people: dict | None = None,
+    absent=(),
 ) -> list[dict]:
     """Write grades.csv; return its rows. Students not in `outcomes` keep their rows.
 
     A student graded again always gets the new row, failures included: no stale score survives.
     Columns added by hand keep their place and values; `overrides` are applied to every row.
     The rows of the students in `drop` (an earlier run's ids of files now read otherwise) go.
+    `people` is the roster by student (`lms.people`): names go beside the ids; `absent` are
+    rows for roster students with no outcome (`absent_rows`), kept unless an earlier
+    run graded a file of theirs.
     """
     header, old_rows = read_grades(path)
     raw_path = path.with_name(AS_GRADED)
@@ -136,9 +157,14 @@ def write_grades(
         graded = {s: {k: v for k, v in r.items() if is_kit_column(k)} for s, r in old_rows.items()}
     for student_id in drop:
         graded.pop(student_id, None)
+    before = {student_id: row.get(NAME, "") for student_id, row in graded.items()}
     for outcome in outcomes:
         graded[outcome.student_id] = outcome_row(outcome, columns)
-    names = merged_header(kit_columns(columns), header)
+    for row in absent:
+        if not keeps(graded.get(row["student_id"])):
+            graded[row["student_id"]] = row
+    named = add_names(graded, people or {}, before)
+    names = merged_header(kit_columns(columns, named), header)
     rows = []
     for student_id in sorted(graded):
         row = apply_overrides(graded[student_id], (overrides or {}).get(student_id, []))
@@ -151,6 +177,61 @@ def write_grades(
     tmp.replace(raw_path)
     write_csv(path, names, rows)
     return rows
+
+
+def add_names(graded: dict, people: dict, before: dict) -> bool:
+    """Put the roster's name into each row of `graded`; where the roster gives none, the name
+    the student had `before` (by student) stays. Whether any row has a name."""
+    for student_id, row in graded.items():
+        name = people.get(student_id, {}).get("name", "")
+        row[NAME] = name or row.get(NAME) or before.get(student_id, "")
+    return any(row[NAME] for row in graded.values())
+
+
+def absent_rows(intake, graded_ids, columns) -> list[dict]:
+    """Rows for the roster's students not in `graded_ids` (this batch's outcomes).
+
+    `intake` is the `Intake` (None or roster-less: no rows). A student with a file the intake
+    did not grade gets that file's fate; one with none, `missing`. The score is empty but for
+    a file that is no notebook: 0, as for a .ipynb file that is none.
+    """
+    if intake is None or intake.roster is None:
+        return []
+    fates: dict[str, tuple[str, str, str]] = {}
+    for skipped in intake.skipped:
+        if skipped.student_id and skipped.student_id not in graded_ids:
+            fates.setdefault(skipped.student_id, fate_of(skipped))
+    rows = []
+    for person in intake.roster.rows:
+        student_id = person["student_id"]
+        if student_id in graded_ids:
+            continue
+        status, reason, source = fates.get(student_id, (MISSING, "no file in the export", ""))
+        rows.append(
+            {
+                "student_id": student_id,
+                "score": "0" if status in GRADE_STATUSES else "",
+                "max_score": fmt(max_score(columns)),
+                "status": status,
+                "late": "no",
+                "source": source,
+                "reason": reason,
+                "repairs": "",
+            }
+        )
+    return rows
+
+
+def fate_of(skipped) -> tuple[str, str, str]:
+    """(status, reason, source) of a roster student's file that the intake did not grade."""
+    if skipped.why.startswith("not a notebook"):
+        return "not_a_notebook", skipped.why, skipped.source
+    return SEVERAL, skipped.why, skipped.source
+
+
+def keeps(old_row: dict | None) -> bool:
+    """Whether a row from an earlier run outranks an absent row: it graded a file."""
+    return old_row is not None and old_row.get("status") not in ABSENT_STATUSES
 
 
 def merged_header(kit: list[str], old: list[str]) -> list[str]:
@@ -195,6 +276,13 @@ def warn(text: str, stream=None) -> None:
         print("!" * 78 + "\n" + text + "\n" + "!" * 78, file=stream, flush=True)
 
 
+def labelled(student_id: str, name: str, width: int = 24) -> str:
+    """`student_id name` padded to `width` terminal columns (a CJK character takes two)."""
+    text = f"{student_id} {name}".strip()
+    wide = sum(1 for ch in text if unicodedata.east_asian_width(ch) in "WF")
+    return text + " " * max(0, width - len(text) - wide)
+
+
 def summary_table(outcomes, rows: dict | None = None) -> str:
     """A fixed-width table for the terminal: who scored what, who failed and why, who was repaired.
 
@@ -202,7 +290,8 @@ def summary_table(outcomes, rows: dict | None = None) -> str:
     `graded` what the grader gave, where an override changed it.
     """
     rows = rows or {}
-    lines = [f"{'student_id':<24} {'score':>7} {'graded':>7} {'status':<14} notes", "-" * 78]
+    head = "student_id name" if any(row.get(NAME) for row in rows.values()) else "student_id"
+    lines = [f"{head:<24} {'score':>7} {'graded':>7} {'status':<14} notes", "-" * 78]
     for outcome in outcomes:
         score = counted_score(outcome.scores)
         final = rows.get(outcome.student_id, {}).get("score", fmt(score))
@@ -212,9 +301,8 @@ def summary_table(outcomes, rows: dict | None = None) -> str:
             notes = (notes + "; " if notes else "") + repairs_summary(outcome.repairs)
         if graded:
             notes = ("overridden; " + notes) if notes else "overridden (overrides.csv)"
-        lines.append(
-            f"{outcome.student_id:<24} {final:>7} {graded:>7} {outcome.status:<14} {notes[:120]}"
-        )
+        who = labelled(outcome.student_id, rows.get(outcome.student_id, {}).get(NAME, ""))
+        lines.append(f"{who} {final:>7} {graded:>7} {outcome.status:<14} {notes[:120]}")
     counts = {}
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1

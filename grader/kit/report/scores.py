@@ -5,6 +5,15 @@ console's table and progress lines, the preflight. A grade cell belongs to the T
 names (`test_todo<N>_...`) and to that TODO's part; `score` sums the counted parts only
 (`counted_parts` in grader/course.toml): a cell of no part, like a part that is not counted, is
 recorded beside the score, never inside it.
+
+Whether a row's score is a grade at all is decided here too (`is_grade`): `graded`, and the fates
+of a file that are the student's own doing (empty, not JSON, not a notebook, another
+assignment's), which score 0 until a new file is graded. Every other status is not a grade: the
+grader could not judge the work (a timeout, a kernel that died, a grader fault), a person must
+look first (flagged), or there is nothing to judge (`missing`: a roster student with no file;
+`several_notebooks`: two files of one student that nothing tells apart). Such a row is never
+exported as a score an LMS imports (`lms.py`) unless the instructor overrode it: an override is
+the instructor's grade.
 """
 
 from __future__ import annotations
@@ -17,6 +26,18 @@ TODO_COLUMN = re.compile(r"^todo(\d+)$")
 # grades.csv's own columns before and after the scores (`grades.kit_columns` orders them all).
 FIXED_COLUMNS = ["student_id", "score", "max_score", "status", "late", "source"]
 TRAILING_COLUMNS = ["reason", "repairs"]
+GRADE_STATUSES = frozenset(
+    {"graded", "empty_file", "invalid_json", "not_a_notebook", "wrong_assignment"}
+)
+MISSING = "missing"  # a roster student with no file
+SEVERAL = "several_notebooks"  # a roster student's files, none chosen
+# Statuses of rows written for roster students from the intake alone (no file was graded).
+ABSENT_STATUSES = frozenset({MISSING, SEVERAL, "not_a_notebook"})
+
+
+def is_grade(row: dict, overridden: bool = False) -> bool:
+    """Whether `row`'s score may go to an LMS: a grade status, or any override of the row."""
+    return overridden or row.get("status") in GRADE_STATUSES
 
 
 def counts(grade_id: str) -> bool:

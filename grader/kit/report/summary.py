@@ -1,7 +1,8 @@
 """REPORT/summary.html: the class at a glance, for the instructor.
 
-Pass rates per TODO and per check (grade cell), a histogram of scores, the ungradable files by
-status, and the warnings of the run. One self-contained file: the plot is inline SVG, nothing is
+A table of every student (name, score, status, the parts, a link to the feedback page), pass
+rates per TODO and per check (named by the check's title, `checkcells.check_titles`), a histogram of scores,
+the ungradable files by status, and the warnings of the run. One self-contained file: the plot is inline SVG, nothing is
 fetched from the network. Built from grades.csv's rows (overrides applied), every student in it.
 """
 
@@ -9,40 +10,57 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote
 
+from .. import paths
+from ..authoring.checkcells import check_label
 from ..authoring.nbsource import PARTS, part_of, todo_number
 from . import faultlines
 from .formats import esc, html_page
-from .scores import num, todo_columns
+from .scores import MISSING, is_grade, num, todo_columns
 
 STYLE = """
 body { font: 15px/1.5 system-ui, "PingFang SC", "Microsoft YaHei", sans-serif; max-width: 66em; margin: 2em auto; padding: 0 1em; }
 table { border-collapse: collapse; margin: .5em 0 1.5em; } td, th { border: 1px solid #ccc; padding: .2em .6em; text-align: left; }
-td.n { text-align: right; font-variant-numeric: tabular-nums; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; } td.part { white-space: nowrap; }
 .bar { display: inline-block; height: .8em; background: #1a7f37; vertical-align: middle; }
-.bar.low { background: #cf222e; } pre.notes { white-space: pre-wrap; background: #f6f8fa; padding: .6em; } .warning { border: 2px solid #cf222e; background: #fff1f0; padding: .6em 1em; white-space: pre-wrap; }
+.bar.low { background: #cf222e; } td.nograde { color: #9a6700; font-weight: bold; } td.fail { color: #cf222e; } .says { color: #57606a; font-size: 90%; } pre.notes { white-space: pre-wrap; background: #f6f8fa; padding: .6em; } .warning { border: 2px solid #cf222e; background: #fff1f0; padding: .6em 1em; white-space: pre-wrap; }
 """
 
 
 def write_summary(
-    path: Path, rows: list[dict], columns: list[tuple[str, float]], warnings=(), intake=None
+    path: Path,
+    rows: list[dict],
+    columns: list[tuple[str, float]],
+    warnings=(),
+    intake=None,
+    titles=None,
+    overrides=None,
 ) -> None:
     """Write the class view of `rows` (grades.csv) to `path`; `columns` are (grade_id, points).
 
     `intake` (this run's `Intake`, or None) adds the files not graded by reason, the roster's
-    students with no submission and the roster notes.
+    students with no submission and the roster notes; `titles` (`checkcells.check_titles` of the
+    release) name the checks; `overrides` (overrides.csv's lines by student) mark the scores the
+    instructor set.
     """
+    titles = titles or {}
     graded = [row for row in rows if row.get("status") == "graded"]
-    ungradable = Counter(row.get("status", "") for row in rows if row.get("status") != "graded")
+    absent = sum(1 for row in rows if row.get("status") == MISSING)
+    ungradable = Counter(
+        row.get("status", "") for row in rows if row.get("status") not in ("graded", MISSING)
+    )
     maximum = next((row.get("max_score") for row in rows), "")
     late = sum(1 for row in rows if row.get("late") == "yes")
     parts = [
         f"<h1>ch34 班级概览 / class summary</h1><p>{len(rows)} 名学生；{len(graded)} 份正常评分；"
-        f"{sum(ungradable.values())} 份未能评分；{late} 份迟交 / late。满分 {esc(maximum)}"
+        f"{sum(ungradable.values())} 份未能评分；{absent} 名没有提交；{late} 份迟交 / late。满分 {esc(maximum)}"
         f"（{esc('、'.join(p.title for p in PARTS if not p.counted))} 另计）。</p>"
     ]
     for warning in warnings:
         parts.append(f'<div class="warning">{esc(warning)}</div>')
+    parts.append("<h2>学生 / students</h2>")
+    parts.append(student_table(rows, path.parent, overrides or {}))
     if intake is not None:  # what this run did not grade comes before how the graded did
         parts.append(intake_sections(intake, rows))
     parts.append(faultlines.summary_section(rows))  # which TODO hung or crashed (issue 30)
@@ -59,7 +77,9 @@ def write_summary(
         )
     )
     parts.append("<h2>各检查通过率 / pass rate per check</h2>")
-    parts.append(pass_table(graded, [(g, p, part_label(g)) for g, p in columns]))
+    parts.append(
+        pass_table(graded, [(g, p, part_label(g)) for g, p in columns], titles, head="检查 / check")
+    )
     parts.append("<h2>未能评分 / ungradable, by status</h2>")
     if ungradable:
         rows_html = "".join(
@@ -89,8 +109,8 @@ def intake_sections(intake, rows: list[dict]) -> str:
         parts.append(f"<table><tr><th>reason</th><th>files</th><th>which</th></tr>{lines}</table>")
     else:
         parts.append("<p>无 / none.</p>")
-    graded = {row["student_id"] for row in rows}
-    missing = [r for r in intake.missing() if r["student_id"] not in graded]
+    status = {row["student_id"]: row.get("status") for row in rows}
+    missing = [r for r in intake.missing() if status.get(r["student_id"], MISSING) == MISSING]
     if intake.roster is not None:
         parts.append(
             f"<h2>名单上没有提交的学生 / roster students with no submission: {len(missing)}</h2>"
@@ -115,22 +135,58 @@ def reason_of(skipped) -> str:
     return skipped.why.split(" (")[0].split(": ")[0]
 
 
-def pass_table(rows: list[dict], items) -> str:
-    """A row per (column, points, label): how many earned full points, as a share and a bar."""
+def student_table(rows: list[dict], report_dir: Path, overrides: dict) -> str:
+    """Every student of grades.csv: id, name, score (marked where the instructor overrode the
+    row), status (marked where it is not a grade), the parts, late, and the feedback page."""
+    named = any(row.get("name") for row in rows)
+    head = ["student_id", *(["姓名 / name"] * named), "score", "status"]
+    head += [part.key for part in PARTS] + ["late", "反馈 / feedback"]
     lines = []
-    for column, points, label in items:
+    for row in sorted(rows, key=lambda r: r["student_id"]):
+        student_id = row["student_id"]
+        page = paths.feedback_page(report_dir, student_id)
+        link = (
+            f'<a href="{paths.FEEDBACK}/{quote(page.name)}">{esc(page.name)}</a>'
+            if page.exists() else ""
+        )  # fmt: skip
+        cells = [f"<td>{esc(student_id)}</td>", *([f"<td>{esc(row.get('name', ''))}</td>"] * named)]
+        graded = row.get("status") == "graded"
+        adjusted = "<br><span class=says>老师调整</span>" if overrides.get(student_id) else ""
+        cells.append(f"<td class=n>{esc(row.get('score', '')) or '—'}{adjusted}</td>")
+        css = "" if graded else " class=nograde" if not is_grade(row) else " class=fail"
+        cells.append(f"<td{css}>{esc(row.get('status', ''))}</td>")
+        cells += [f"<td class=n>{esc(row.get(part.key, ''))}</td>" for part in PARTS]
+        cells.append(f"<td>{'迟交' if row.get('late') == 'yes' else ''}</td><td>{link}</td>")
+        lines.append(f"<tr>{''.join(cells)}</tr>")
+    header = "".join(f"<th>{esc(h)}</th>" for h in head)
+    return f"<table><tr>{header}</tr>{''.join(lines)}</table>"
+
+
+def pass_table(rows: list[dict], items, titles=None, head: str = "column") -> str:
+    """A row per (column, points, label): how many earned full points, as a share and a bar.
+
+    A column that is a check with a title (`titles`) is named by it and what it checks."""
+    lines = []
+    for column, points, part in items:
         full = sum(1 for row in rows if points > 0 and num(row.get(column)) >= points)
         rate = full / len(rows) if rows else 0.0
         low = " low" if rate < 0.5 else ""
+        name = esc(column)
+        if titles and column in titles:
+            says = titles[column][1]
+            name = (
+                f'<span title="{esc(column)}">{esc(check_label(column, titles))}</span>'
+                f"<br><span class=says>{esc(says)}</span>"
+            )
+            part = part.split(" · ", 1)[-1]
         lines.append(
-            f"<tr><td>{esc(column)}</td><td>{esc(label)}</td><td class=n>{points:g}</td>"
+            f"<tr><td>{name}</td><td class=part>{esc(part)}</td><td class=n>{points:g}</td>"
             f"<td class=n>{full}/{len(rows)}</td><td class=n>{rate:.0%}</td>"
             f'<td><span class="bar{low}" style="width:{rate * 12:.2f}em"></span></td></tr>'
         )
     return (
-        "<table><tr><th>column</th><th></th><th>points</th><th>full marks</th><th>rate</th><th></th></tr>"
-        + "".join(lines)
-        + "</table>"
+        f"<table><tr><th>{esc(head)}</th><th></th><th>points</th><th>full marks</th><th>rate</th>"
+        "<th></th></tr>" + "".join(lines) + "</table>"
     )
 
 

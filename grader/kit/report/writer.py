@@ -12,11 +12,14 @@ from pathlib import Path
 import nbformat
 
 from .. import paths
+from ..authoring.checkcells import check_titles
 from ..grading.outcome import Outcome
 from . import feedback, gradebook, grades, lms, summary
 
-# The statuses whose row holds a grade (flagged: a grade the instructor must confirm).
-GRADE_STATUSES = ("graded", "flagged")
+# The statuses whose row holds a grade the kit computed (flagged: one the instructor must
+# confirm). Such a row is not replaced by a non-grade status, and only it takes overrides.
+# (`scores.GRADE_STATUSES` is another question: which statuses an LMS may import as a score.)
+COMPUTED_GRADES = ("graded", "flagged")
 
 
 @dataclass
@@ -29,34 +32,42 @@ class ReportWriter:
     people: dict  # the roster by student id ({} without one)
     intake: object = None  # the `Intake`: its files and roster go into summary.html
     previous: dict = field(default_factory=dict)  # grades.csv's rows before this run, by student
+    lms: str = "auto"  # which LMS files (`lms.CHOICES`, --lms)
+    titles: dict = field(default_factory=dict)  # by grade id: the check's (title, says)
     pages: dict = field(default_factory=dict)  # by student: the feedback page
     kept: dict = field(default_factory=dict)  # by student: the autograded notebook's bytes
 
     @classmethod
-    def open(cls, folder: Path, release, student_ids, intake=None) -> ReportWriter:
+    def open(
+        cls, folder: Path, release, student_ids, intake=None, lms_files="auto"
+    ) -> ReportWriter:
         """Read and check what the instructor wrote into `folder` before anything is graded;
         raises BadOverrides naming the line of anything in overrides.csv that cannot apply.
-        `student_ids` are this batch's students (they may be overridden, as may grades.csv's)."""
+        `student_ids` are this batch's students (they may be overridden, as may grades.csv's and
+        the roster's); `lms_files` which LMS files to write (`lms.CHOICES`)."""
         folder.mkdir(parents=True, exist_ok=True)
         (folder / paths.FEEDBACK).mkdir(exist_ok=True)
         columns = grades.grade_columns(release)
         header, previous = grades.read_grades(folder / paths.GRADES)
+        people = lms.people(intake.roster if intake is not None else None)
         overrides = grades.read_overrides(
             folder / paths.OVERRIDES,
-            set(previous) | set(student_ids),
+            set(previous) | set(student_ids) | set(people),  # a roster's student: no file yet
             grades.kit_columns(columns) + header,
             grades.column_maxima(columns),
         )
-        roster = intake.roster if intake is not None else None
-        return cls(folder, columns, overrides, lms.people(roster), intake, previous)
+        return cls(
+            folder, columns, overrides, people, intake, previous, lms_files, check_titles(release)
+        )
 
     def add(self, outcome) -> None:
         """Keep `outcome`'s page and autograded notebook while its working copy still exists."""
         self.kept[outcome.student_id] = gradebook.read_autograded(outcome.autograded)
         overrides = ()
-        if outcome.status in GRADE_STATUSES:  # a row without a grade takes no override
+        if outcome.status in COMPUTED_GRADES:  # a row without a grade takes no override
             overrides = self.overrides.get(outcome.student_id, ())
-        self.pages[outcome.student_id] = page_of(outcome, overrides)
+        name = self.people.get(outcome.student_id, {}).get("name", "")
+        self.pages[outcome.student_id] = page_of(outcome, overrides, name)
 
     def write(
         self, outcomes, course: Path, progress, replaced=frozenset(), replace_graded=False
@@ -76,11 +87,19 @@ class ReportWriter:
         for student_id in replaced:
             paths.feedback_page(self.folder, student_id).unlink(missing_ok=True)
             gradebook.keep_notebook(self.folder, student_id, None)
+        absent = grades.absent_rows(self.intake, self.with_files(outcomes), self.columns)
         rows = grades.write_grades(
-            self.folder / paths.GRADES, outcomes, self.columns, self.overrides, drop=replaced
-        )
+            self.folder / paths.GRADES, outcomes, self.columns, self.overrides, drop=replaced,
+            people=self.people, absent=absent,
+        )  # fmt: skip
         gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
         self.write_views(outcomes, rows, progress, gone)
+
+    def with_files(self, outcomes) -> set:
+        """Ids of students this run has a file to grade for: those graded now, and those an
+        interrupted run has not reached yet or whose earlier grade was kept (none is `missing`)."""
+        submitted = self.intake.submissions if self.intake is not None else ()
+        return {o.student_id for o in outcomes} | {s.student_id for s in submitted}
 
     def keep_graded_rows(self, outcomes, progress, replace_graded: bool) -> list:
         """`outcomes` less those that would put a non-grade status over an earlier grade."""
@@ -91,8 +110,8 @@ class ReportWriter:
         held_back = [
             o
             for o in outcomes
-            if o.status not in GRADE_STATUSES
-            and self.previous.get(o.student_id, {}).get("status") in GRADE_STATUSES
+            if o.status not in COMPUTED_GRADES
+            and self.previous.get(o.student_id, {}).get("status") in COMPUTED_GRADES
         ]
         if not held_back or replace_graded:
             return outcomes
@@ -115,7 +134,7 @@ class ReportWriter:
         """overrides.csv's lines for students whose row holds a grade; the others are named."""
         status = {sid: row.get("status") for sid, row in self.previous.items()}
         status |= {o.student_id: o.status for o in outcomes}
-        ignored = sorted(s for s in self.overrides if status.get(s) not in GRADE_STATUSES)
+        ignored = sorted(s for s in self.overrides if status.get(s) not in COMPUTED_GRADES)
         if ignored:
             print(
                 f"overrides.csv: not applied to {', '.join(ignored)}: their row holds no grade "
@@ -138,8 +157,13 @@ class ReportWriter:
             self.columns,
             [warning] if warning else [],
             intake=self.intake,
+            titles=self.titles,
+            overrides=self.overrides,
         )
-        for line in lms.write_lms_files(self.folder, rows, self.people):
+        written = lms.write_lms_files(
+            self.folder, rows, self.people, overrides=self.overrides, which=self.lms
+        )
+        for line in written:
             print(line, file=progress)
         held = gradebook.record(self.folder, [*outcomes, *gone], self.overrides)
         print(
@@ -149,8 +173,8 @@ class ReportWriter:
         )
 
 
-def page_of(outcome, overrides=()) -> str:
-    """The submission's feedback page (with the instructor's `overrides`).
+def page_of(outcome, overrides=(), name: str = "") -> str:
+    """The submission's feedback page (with the instructor's `overrides`; `name` from the roster).
 
     The page shows the final numbers (after `overrides`) beside the graded ones, and names the
     file graded and the student's files that were not.
@@ -172,6 +196,7 @@ def page_of(outcome, overrides=()) -> str:
             overrides=overrides,
             final=final,
             files=files,
+            name=name,
         )
     return feedback.failure_page(
         outcome.student_id,
@@ -181,6 +206,7 @@ def page_of(outcome, overrides=()) -> str:
         overrides=overrides,
         final=final,
         files=files,
+        name=name,
     )
 
 
