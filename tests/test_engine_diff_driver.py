@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.engine_diff.compare import first_difference, summary
+from bench.engine_diff.compare import exercised, first_difference, summary
 from bench.engine_diff.kit_side import part4_scheduler, run_part4, run_trace
 from bench.engine_diff.run import COMPARISONS, REPO_ROOT, WORK
 from bench.engine_diff.traces import from_json, random_trace, to_json
@@ -47,6 +47,11 @@ def test_the_kit_side_runs_every_request_to_its_last_token(ns, traces):
         for _, rid, prompt, max_tokens in trace.requests:
             # the uncached part of the prompt once, then one token a decode step
             assert total[rid] == len(prompt) - hits[rid] + max_tokens - 1, trace.describe()
+
+
+def test_a_dozen_seeds_already_reach_every_rule_the_diff_counts(ns, traces):
+    counts = exercised(traces, run_part4(ns, traces))
+    assert all(counts.values()), counts
 
 
 def test_the_comparator_agrees_with_itself_and_finds_a_different_trace(ns, traces):

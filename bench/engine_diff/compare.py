@@ -37,3 +37,28 @@ def summary(traces, kit_logs, vllm_logs) -> dict:
         "agree": len(traces) - len(differ),
         "differ": differ,
     }
+
+
+def exercised(traces, logs) -> dict:
+    """How often the traces reach each rule (read off the kit's logs): a count of 0 would mean
+    the agreement says nothing about that rule."""
+    counts = dict.fromkeys(
+        ("hits", "full_hits", "capped", "lone_uncapped", "budget_full", "seqs_full", "idle"), 0
+    )
+    for trace, log in zip(traces, logs, strict=True):
+        prompts = {rid: (step, prompt) for step, rid, prompt, _ in trace.requests}
+        threshold, running, admitted = trace.long_prefill_token_threshold, set(), set()
+        for index, record in enumerate(log):
+            scheduled = dict(record["scheduled"])
+            waiting = [r for r, (s, _) in prompts.items() if s <= index and r not in admitted]
+            counts["seqs_full"] += bool(waiting) and len(running) == trace.max_num_seqs
+            counts["idle"] += not scheduled
+            counts["budget_full"] += sum(scheduled.values()) == trace.max_num_batched_tokens
+            counts["capped"] += sum(threshold > 1 and n == threshold for n in scheduled.values())
+            counts["lone_uncapped"] += sum(0 < threshold < n for n in scheduled.values())
+            for rid, hit in record["new_hits"].items():
+                counts["hits"] += hit > 0
+                counts["full_hits"] += prompts[rid][1] in trace.warm_prefixes
+            admitted |= set(record["new_hits"])
+            running = (running | set(record["new_hits"])) - set(record["finished"])
+    return counts

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .compare import summary
+from .compare import exercised, summary
 from .kit_side import run_part4
 from .traces import Trace, random_trace, read, to_json, write
 
@@ -145,11 +145,16 @@ def main(argv: list[str] | None = None) -> int:
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machine=f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
     )
+    result["exercised"] = exercised(traces, kit_logs)
     write(WORK / "result.json", result)
     print(
         f"engine-diff ({args.comparison}): vLLM {result['vllm_version']}, {result['traces']} traces "
         f"(seeds {result['seeds'][0]}-{result['seeds'][1]}), {steps} steps compared, "
         f"{result['agree']}/{result['traces']} traces agree step for step; {result['date']}, {result['machine']}"
+    )
+    print(
+        "rules reached (kit's logs): "
+        + ", ".join(f"{k} {v}" for k, v in result["exercised"].items())
     )
     return 0 if not result["differ"] else 1
 

@@ -92,6 +92,20 @@ class BlockCacheAdapter:
         return len(self.block_cache.match(list(token_ids))) * self.block_cache.block_size
 
 # %% [markdown]
+# **本部分的规则对应 vLLM 0.33.0（2026 年 11 月）。** 这不只是引用：本课程仓库里的 `make engine-diff`（在仓库里运行，不在这个 notebook 里；结果记在仓库的 docs/engine-diff.md）把本部分的参考调度器和 vLLM 0.33.0 自己的 `Scheduler`、`KVCacheManager` 放在 CPU 上跑（模型输出是假的），在 240 条随机轨迹、31,764 步上逐步比较——每一步调度了谁、按什么顺序、各几个 token，新请求从 `get_computed_blocks` 得到的命中长度——全部相同（2026-12-04）。引擎改得很快，读别的版本的源码时会遇到下面这些差别（每一行都在那个版本的源码里查过）：
+#
+# | vLLM 版本 | 与本部分不同的地方 | 在哪里 |
+# |---|---|---|
+# | 0.7.3 及以前 | 默认引擎是 V0（`VLLM_USE_V1` 默认 0，更早的版本还没有 V1），调度器是另一套，本部分的规则不适用 | `vllm/envs.py`、`vllm/core/scheduler.py` |
+# | 0.8.0–0.10.x | V1 成为默认引擎，V0 还在：V1 不支持的设置会退回 V0；0.11.0 删掉了 V0 | `vllm/engine/arg_utils.py` |
+# | 0.8.0–0.8.2 | V1 调度器还没有 `long_prefill_token_threshold`（0.8.3 起有） | V1 的 `Scheduler.schedule` |
+# | 0.8.x | 完整命中时的写法不同：块对齐的 prompt 去掉最后一块再查；0.9.0 起命中封顶到 `num_tokens - 1`。两种写法命中长度相同 | `kv_cache_manager.py`（0.8.0 在调度器里） |
+# | 0.7.3–0.26.x | `max_num_partial_prefills > 1` 时，为 0 的 threshold 被设成 `max_model_len` 的 4%；但 V1 不接受这个设置，所以 V1 里默认仍是 0。0.27.0 删掉了这个选项 | `SchedulerConfig` |
+# | 0.30.x 及以前 | threshold 大于 0 时，即使只有一个请求，它也被切成 threshold 大小的块 | `Scheduler.schedule` |
+# | 0.31.0 起 | 只有一个请求（running 加 waiting 共 1 个）时不设上限；新增 `long_prefill_token_threshold_adaptive`（默认关，打开时上限至少是 `max_num_batched_tokens` 除以请求数） | `vllm/config/scheduler.py`、`Scheduler.schedule` |
+# | 0.34.0 | 新增 `cache_aware_admission_window`（默认 0：严格按到达顺序接纳；打开后，窗口里前缀已缓存的请求可以先被接纳） | `vllm/config/scheduler.py` |
+
+# %% [markdown]
 # #### 4.3　TODO 15：前缀命中了多少，从哪里开始算
 #
 # 新请求进来时，调度器问前缀缓存：“这个 prompt 开头有多少个 token 的 KV 已经有了？”`prefix_cache` 可以是任何有 `match_prefix(token_ids) -> int` 的对象：第一部分的 `PrefixCacheManager` 就是；第三部分的 `BlockPrefixCache` 套上上面的 `BlockCacheAdapter` 也是；`None` 表示不用前缀缓存。
