@@ -13,7 +13,7 @@ import pytest
 from bench.engine_diff.compare import exercised, first_difference, summary
 from bench.engine_diff.kit_side import part4_scheduler, run_part4, run_trace
 from bench.engine_diff.run import COMPARISONS, REPO_ROOT, WORK
-from bench.engine_diff.traces import from_json, random_trace, to_json
+from bench.engine_diff.traces import from_json, preempting_trace, random_trace, to_json
 from grader.kit.authoring.nbsource import solution_namespace
 
 SEEDS = range(12)
@@ -51,6 +51,7 @@ def test_the_kit_side_runs_every_request_to_its_last_token(ns, traces):
 
 def test_a_dozen_seeds_already_reach_every_rule_the_diff_counts(ns, traces):
     counts = exercised(traces, run_part4(ns, traces))
+    assert counts.pop("preempted") == 0, "part four has no KV capacity: nothing is preempted"
     assert all(counts.values()), counts
 
 
@@ -85,10 +86,24 @@ def test_the_comparator_names_the_step_where_a_scheduler_without_the_lone_reques
     )
 
 
-def test_every_comparison_makes_traces_and_runs_its_kit_side(ns):
+def test_every_comparison_runs_its_kit_side_or_says_the_part_is_missing(ns):
     for name, comparison in COMPARISONS.items():
         traces = [comparison.make_trace(seed) for seed in range(3)]
+        if name == "part5" and "EngineScheduler" not in ns:
+            with pytest.raises(RuntimeError, match="part five's engine"):
+                comparison.run_kit(ns, traces)
+            continue
         assert all(len(log) > 0 for log in comparison.run_kit(ns, traces)), name
+
+
+def test_part_fives_traces_have_no_threshold_and_a_pool_that_fits_the_largest_request():
+    for seed in range(20):
+        trace = preempting_trace(seed)
+        lengths = [len(prompt) + max_tokens for _, _, prompt, max_tokens in trace.requests]
+        lengths += [len(prefix) + 1 for prefix in trace.warm_prefixes]
+        largest = max(-(-n // trace.block_size) for n in lengths)
+        assert trace.long_prefill_token_threshold == 0
+        assert largest <= trace.num_kv_blocks <= 2 * largest + 1
 
 
 VLLM_PYTHON = WORK / "venv" / "bin" / "python"

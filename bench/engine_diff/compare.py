@@ -43,7 +43,17 @@ def exercised(traces, logs) -> dict:
     """How often the traces reach each rule (read off the kit's logs): a count of 0 would mean
     the agreement says nothing about that rule."""
     counts = dict.fromkeys(
-        ("hits", "full_hits", "capped", "lone_uncapped", "budget_full", "seqs_full", "idle"), 0
+        (
+            "hits",
+            "full_hits",
+            "capped",
+            "lone_uncapped",
+            "budget_full",
+            "seqs_full",
+            "idle",
+            "preempted",
+        ),
+        0,
     )
     for trace, log in zip(traces, logs, strict=True):
         prompts = {rid: (step, prompt) for step, rid, prompt, _ in trace.requests}
@@ -53,6 +63,7 @@ def exercised(traces, logs) -> dict:
             waiting = [r for r, (s, _) in prompts.items() if s <= index and r not in admitted]
             counts["seqs_full"] += bool(waiting) and len(running) == trace.max_num_seqs
             counts["idle"] += not scheduled
+            counts["preempted"] += len(record["preempted"])
             counts["budget_full"] += sum(scheduled.values()) == trace.max_num_batched_tokens
             counts["capped"] += sum(threshold > 1 and n == threshold for n in scheduled.values())
             counts["lone_uncapped"] += sum(0 < threshold < n for n in scheduled.values())

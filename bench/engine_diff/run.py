@@ -1,14 +1,16 @@
 """`make engine-diff`: the kit's reference scheduler against vLLM's, on seeded traces.
 
-    python -m bench.engine_diff.run                      # 240 traces, vLLM 0.33.0 (`make engine-diff`)
-    python -m bench.engine_diff.run --traces 40 --first-seed 1000
-    python -m bench.engine_diff.run --kit-only           # the kit's side alone, no vLLM
+    python -m bench.engine_diff.run                  # every comparison, 240 traces each (`make engine-diff`)
+    python -m bench.engine_diff.run --comparison part4 --traces 40 --first-seed 1000
+    python -m bench.engine_diff.run --kit-only       # the kit's side alone, no vLLM
 
 Builds (once) a throwaway venv under build/engine-diff/ with `pip install vllm==VERSION` (several
 GB: vLLM pulls a CUDA torch; it runs on the CPU), runs the kit's side here and vLLM's side in
 that venv, and compares the step logs. Prints one line per differing trace (its seed, settings
-and first difference), then the counts; writes build/engine-diff/result.json. Exits 0 when every
-trace agrees, 1 when one differs, 2 when a side fails to run.
+and first difference), then the counts of each comparison; writes
+build/engine-diff/result-COMPARISON-VERSION.json. A comparison whose kit side is not in the
+source (part five before it is merged) is skipped and says so. Exits 0 when every trace agrees,
+1 when one differs, 2 when a side fails to run.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from pathlib import Path
 from typing import Callable
 
 from .compare import exercised, summary
-from .kit_side import run_part4
-from .traces import Trace, random_trace, read, to_json, write
+from .kit_side import run_part4, run_part5
+from .traces import Trace, preempting_trace, random_trace, read, to_json, write
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORK = REPO_ROOT / "build" / "engine-diff"
@@ -50,8 +52,12 @@ COMPARISONS = {
         random_trace,
         run_part4,
     ),
-    # A paged pool with preemption (part five) plugs in here: traces with a pool small enough
-    # to preempt, and a kit side that runs the chapter's engine scheduler on them.
+    "part5": Comparison(
+        "part five's EngineScheduler and paged KVCacheManager; a pool small enough to preempt, "
+        "prefixes shared without being warm, no threshold (the engine has none)",
+        preempting_trace,
+        run_part5,
+    ),
 }
 
 
@@ -76,13 +82,10 @@ def ensure_vllm(venv: Path, version: str) -> Path:
     return python
 
 
-def run_vllm_side(python: Path, traces: list[Trace], work: Path) -> dict:
+def run_vllm_side(python: Path, traces: list[Trace], name: str) -> dict:
     """vLLM's step logs for `traces`, from `vllm_side` in the venv; its output goes to a log file."""
-    traces_path, logs_path, log_path = (
-        work / "traces.json",
-        work / "vllm-logs.json",
-        work / "vllm.log",
-    )
+    traces_path = WORK / f"{name}-traces.json"
+    logs_path, log_path = WORK / f"{name}-vllm-logs.json", WORK / f"{name}-vllm.log"
     write(traces_path, {"traces": to_json(traces)})
     with open(log_path, "w", encoding="utf-8") as log:
         done = subprocess.run(
@@ -100,63 +103,76 @@ def run_vllm_side(python: Path, traces: list[Trace], work: Path) -> dict:
     return read(logs_path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--comparison", choices=sorted(COMPARISONS), default="part4")
-    parser.add_argument("--traces", type=int, default=240)
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument(
-        "--vllm", default=VLLM_VERSION, help="the vLLM version to install and compare with"
-    )
-    parser.add_argument("--venv", type=Path, default=WORK / "venv")
-    parser.add_argument("--kit-only", action="store_true", help="run the kit's side only (no vLLM)")
-    args = parser.parse_args(argv)
-
-    from grader.kit.authoring.nbsource import solution_namespace
-
-    comparison = COMPARISONS[args.comparison]
-    traces = [
-        comparison.make_trace(seed)
-        for seed in range(args.first_seed, args.first_seed + args.traces)
-    ]
-    kit_logs = comparison.run_kit(solution_namespace(), traces)
-    steps = sum(len(log) for log in kit_logs)
-    if args.kit_only:
-        print(f"kit side: {len(traces)} traces, {steps} steps ({comparison.description})")
-        return 0
-    WORK.mkdir(parents=True, exist_ok=True)
+def compare(name: str, ns: dict, seeds: range, python: Path | None) -> int:
+    """One comparison: 0 when every trace agrees (or, without `python`, the kit's side ran),
+    1 when one differs, 2 when a side cannot run."""
+    comparison = COMPARISONS[name]
+    traces = [comparison.make_trace(seed) for seed in seeds]
     try:
-        vllm = run_vllm_side(ensure_vllm(args.venv, args.vllm), traces, WORK)
-    except (RuntimeError, subprocess.CalledProcessError) as error:
-        print(f"engine-diff: {error}", file=sys.stderr)
+        kit_logs = comparison.run_kit(ns, traces)
+        steps = sum(len(log) for log in kit_logs)
+        if python is None:
+            print(f"{name}: the kit's side ran {len(traces)} traces, {steps} steps")
+            return 0
+        vllm = run_vllm_side(python, traces, name)
+    except RuntimeError as error:
+        print(f"engine-diff ({name}): {error}", file=sys.stderr)
         return 2
     result = summary(traces, kit_logs, vllm["logs"])
     by_seed = {t.seed: t for t in traces}
     for seed, difference in result["differ"]:
         print(f"DIFFERS {by_seed[seed].describe()}\n  {difference}")
-    vllm_steps = sum(len(log) for log in vllm["logs"])
     result.update(
-        comparison=args.comparison,
+        comparison=name,
+        description=comparison.description,
         vllm_version=vllm["vllm_version"],
-        seeds=[args.first_seed, args.first_seed + args.traces - 1],
-        vllm_steps=vllm_steps,
+        seeds=[seeds.start, seeds.stop - 1],
+        vllm_steps=sum(len(log) for log in vllm["logs"]),
+        exercised=exercised(traces, kit_logs),
         date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machine=f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
     )
-    result["exercised"] = exercised(traces, kit_logs)
-    write(WORK / "result.json", result)
+    write(WORK / f"result-{name}-{result['vllm_version']}.json", result)
     print(
-        f"engine-diff ({args.comparison}): vLLM {result['vllm_version']}, {result['traces']} traces "
-        f"(seeds {result['seeds'][0]}-{result['seeds'][1]}), {steps} steps compared, "
-        f"{result['agree']}/{result['traces']} traces agree step for step; {result['date']}, {result['machine']}"
+        f"engine-diff ({name}): vLLM {result['vllm_version']}, {result['traces']} traces "
+        f"(seeds {seeds.start}-{seeds.stop - 1}), {steps} steps compared, "
+        f"{result['agree']}/{result['traces']} traces agree step for step; "
+        f"{result['date']}, {result['machine']}"
     )
-    print(
-        "rules reached (kit's logs): "
-        + ", ".join(f"{k} {v}" for k, v in result["exercised"].items())
-    )
+    reached = ", ".join(f"{k} {v}" for k, v in result["exercised"].items())
+    print(f"  rules reached (kit's logs): {reached}")
     return 0 if not result["differ"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--comparison", choices=["all", *COMPARISONS], default="all")
+    parser.add_argument("--traces", type=int, default=240)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--vllm", default=VLLM_VERSION, help="the vLLM version to compare with")
+    parser.add_argument("--venv", type=Path, default=WORK / "venv")
+    parser.add_argument("--kit-only", action="store_true", help="the kit's side only (no vLLM)")
+    args = parser.parse_args(argv)
+
+    from grader.kit.authoring.nbsource import solution_namespace
+
+    ns = solution_namespace()
+    names = list(COMPARISONS) if args.comparison == "all" else [args.comparison]
+    if args.comparison == "all" and "EngineScheduler" not in ns:
+        print("part5: skipped, part five's engine (EngineScheduler) is not in this source")
+        names.remove("part5")
+    python = None
+    if not args.kit_only:
+        WORK.mkdir(parents=True, exist_ok=True)
+        try:
+            python = ensure_vllm(args.venv, args.vllm)
+        except subprocess.CalledProcessError as error:
+            print(f"engine-diff: installing vLLM {args.vllm} failed: {error}", file=sys.stderr)
+            return 2
+    seeds = range(args.first_seed, args.first_seed + args.traces)
+    return max(compare(name, ns, seeds, python) for name in names)
 
 
 if __name__ == "__main__":

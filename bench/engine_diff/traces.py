@@ -127,3 +127,16 @@ def write(path, payload: dict) -> None:
 def read(path) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
+
+
+def preempting_trace(seed: int) -> Trace:
+    """`random_trace(seed, cold_sharing=True)` with no threshold and a pool that holds the
+    largest request alone, plus 0-100 % more: small enough that vLLM preempts in many traces."""
+    trace = random_trace(seed, cold_sharing=True)
+    rng = random.Random(-seed - 1)
+    lengths = [len(p) + 1 for p in trace.warm_prefixes]
+    lengths += [len(prompt) + max_tokens for _, _, prompt, max_tokens in trace.requests]
+    largest = max(-(-n // trace.block_size) for n in lengths)
+    trace.long_prefill_token_threshold = 0
+    trace.num_kv_blocks = largest + rng.randint(0, largest)
+    return trace

@@ -74,13 +74,14 @@ class VllmDriver:
             is_encoder_decoder=False,
         )
         cache = CacheConfig(block_size=block, enable_prefix_caching=True)
-        cache.num_gpu_blocks = trace.num_kv_blocks
+        num_blocks = trace.num_kv_blocks + 1  # vLLM's BlockPool keeps one block as its null block
+        cache.num_gpu_blocks = num_blocks
         config = VllmConfig(model_config=model, scheduler_config=scheduler, cache_config=cache)
         spec = FullAttentionSpec(
             block_size=block, num_kv_heads=2, head_size=16, dtype=torch.float32
         )
         kv_config = KVCacheConfig(
-            num_blocks=trace.num_kv_blocks,
+            num_blocks=num_blocks,
             kv_cache_tensors=[],
             kv_cache_groups=[KVCacheGroupSpec(["model.layers.0.self_attn.attn"], spec)],
         )
