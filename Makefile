@@ -106,9 +106,10 @@ bench: $(STAMP) sandbox build/grading-course/gradebook.db
 compat: $(STAMP)
 	$(PY) -m grader.kit.publish.compat --matrix
 
-# Part four's reference scheduler against vLLM's own v1 Scheduler (pinned: 0.33.0), step by step on 240
-# seeded traces (docs/engine-diff.md). One throwaway venv under build/engine-diff/ with vLLM and the CUDA
-# torch it pulls (about 10 GB, run on the CPU; built once): not in `make test`.
+# The chapter's reference schedulers (part four; part five's paged pool once it is in the source)
+# against vLLM's own v1 Scheduler (pinned: 0.33.0), step by step on 240 seeded traces each
+# (docs/engine-diff.md). One throwaway venv under build/engine-diff/ with vLLM and the CUDA torch it
+# pulls (about 10 GB, run on the CPU; built once): not in `make test`.
 engine-diff: $(STAMP)
 	$(PY) -m bench.engine_diff.run
 

@@ -130,13 +130,15 @@ def read(path) -> dict:
 
 
 def preempting_trace(seed: int) -> Trace:
-    """`random_trace(seed, cold_sharing=True)` with no threshold and a pool that holds the
-    largest request alone, plus 0-100 % more: small enough that vLLM preempts in many traces."""
+    """`random_trace(seed, cold_sharing=True)` with no threshold, 1-40 output tokens a request
+    (decodes fill new blocks) and a pool that holds the largest request alone plus 0-50 %:
+    small enough that vLLM preempts in many traces."""
     trace = random_trace(seed, cold_sharing=True)
     rng = random.Random(-seed - 1)
+    trace.requests = [(s, rid, p, rng.randint(1, 40)) for s, rid, p, _ in trace.requests]
     lengths = [len(p) + 1 for p in trace.warm_prefixes]
     lengths += [len(prompt) + max_tokens for _, _, prompt, max_tokens in trace.requests]
     largest = max(-(-n // trace.block_size) for n in lengths)
     trace.long_prefill_token_threshold = 0
-    trace.num_kv_blocks = largest + rng.randint(0, largest)
+    trace.num_kv_blocks = largest + rng.randint(0, largest // 2)
     return trace
