@@ -65,10 +65,7 @@ def ensure_vllm(venv: Path, version: str) -> Path:
     """The venv's Python, after `pip install vllm==version` there if it lacks that version."""
     python = venv / "bin" / "python"
     if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-        subprocess.run(
-            [str(python), "-m", "ensurepip", "--upgrade"], check=True, capture_output=True
-        )
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     probe = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
         capture_output=True,
