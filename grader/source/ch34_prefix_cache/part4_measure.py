@@ -268,7 +268,7 @@ class _ServingRun:
         self.active, self.running = [], []  # 已到达、没结束的请求（按到达顺序）；其中已被接纳的（按接纳顺序）
 
     def fail(self, todo, message):
-        raise SchedulerCheckError(f"模拟第 {self.num_steps + 1} 步：{message}。回到 {todo} 检查（先让第四部分的可见检查通过）")
+        raise SchedulerCheckError(f"模拟第 {self.num_steps + 1} 步：{message}。回到 {blame(todo)}")  # 可见检查不通过的 TODO 比 todo 这个猜测更准
 
     def admit_arrivals(self):
         """把时钟之前到达的请求交给调度器。"""
@@ -325,7 +325,7 @@ class _ServingRun:
             if rid not in self.admitted:
                 self.check_admitted(rid, request, start)
             elif start != before[rid]:
-                self.fail("TODO 17", f"{rid} 的 num_computed_tokens 从 {before[rid]} 变成 {request.num_computed_tokens}，只应增加 {n}")
+                self.fail("TODO 17 或 TODO 19（num_computed_tokens 只由给定的 schedule() 前进）", f"{rid} 的 num_computed_tokens 从 {before[rid]} 变成 {request.num_computed_tokens}，只应增加 {n}")
             if request.num_computed_tokens > request.num_tokens:
                 self.fail("TODO 16", f"{rid} 只欠 {request.num_tokens - start} 个 token，却分到 {n} 个")
             if start >= request.num_prompt_tokens:

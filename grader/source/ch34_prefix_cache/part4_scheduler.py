@@ -181,8 +181,21 @@ class Scheduler:
         token_budget = self._schedule_running(out, token_budget)
         self._schedule_waiting(out, token_budget)
         for request_id, num_new_tokens in out.num_scheduled_tokens.items():  # vLLM 的 _update_after_schedule
-            self.requests[request_id].num_computed_tokens += num_new_tokens
+            self._scheduled_request(request_id).num_computed_tokens += num_new_tokens
         return out
+
+    def _scheduled_request(self, request_id):
+        """schedule() 按 id 找被调度的请求；找不到时说清是哪个 TODO 让它找不到，而不是只抛一个 KeyError。"""
+        request = self.requests.get(request_id)
+        if request is not None:
+            return request
+        if any(r.request_id == request_id for r in self.waiting):
+            why = "TODO 18：它被接纳过，却还留在 self.waiting 里（接纳时要用 self.waiting.popleft() 把它取出来），结束之后又被接纳了一次"
+        elif any(r.request_id == request_id for r in self.running):
+            why = "TODO 19：它已从 self.requests 里删掉，却还留在 self.running 里（结束的请求要从两处都移除）"
+        else:
+            why = "TODO 17–18：out.num_scheduled_tokens 里只应有 self.running 和 self.waiting 里的请求"
+        raise RuntimeError(f"schedule() 调度了请求 {request_id!r}，可它不在 self.requests 里。回到 {why}")
 
     def _num_new_tokens(self, request, num_computed_tokens: int, token_budget: int) -> int:
         # TODO 16: 欠的 token 数；threshold > 0 时不超过它；再不超过 token_budget。
@@ -280,6 +293,8 @@ def visible_check_todo16():
     capped = Scheduler(max_num_batched_tokens=64, max_num_seqs=4, long_prefill_token_threshold=8)
     got = capped._num_new_tokens(request, 0, 64)
     assert got == 8, f"TODO 16: long_prefill_token_threshold=8 时一步最多给 8 个 token，得到 {got!r}"
+    got = capped._num_new_tokens(request, 45, 64)
+    assert got == 5, f"TODO 16: long_prefill_token_threshold=8、50 个 token 的请求已算 45 个（只欠 5 个）时应给 5 个：threshold 只是上限，得到 {got!r}"
 
 
 def depends_on(*todos):
@@ -312,27 +327,43 @@ def request_in_state(request_id, prompt, num_computed_tokens, outputs=(), max_to
     return request
 
 
+def running_in_order(scheduler, token_budget):
+    """调用 _schedule_running(out, token_budget)：返回 ([(id, token 数)] 按调度先后, 返回的预算)；它不该改任何请求的 num_computed_tokens。"""
+    computed = [(r.request_id, r.num_computed_tokens) for r in scheduler.running]
+    out = SchedulerOutput()
+    left = scheduler._schedule_running(out, token_budget)
+    after = [(r.request_id, r.num_computed_tokens) for r in scheduler.running]
+    assert after == computed, f"TODO 17: _schedule_running 只记这一步给谁几个 token，不改 num_computed_tokens（schedule() 在最后统一前进）：调用前 {computed}，调用后 {after}"
+    return list(out.num_scheduled_tokens.items()), left
+
+
 def visible_check_todo17():
     skipped = depends_on(16)
     if skipped:
         return skipped
-    a = request_in_state("a", [1, 2, 3], 3, outputs=[9])  # decode：欠 1 个
-    b = request_in_state("b", [4, 5, 6, 7], 4, outputs=[9])  # decode：欠 1 个
-    c = request_in_state("c", list(range(30)), 8)  # prefill 做了 8 个，欠 22 个
-    scheduler = scheduler_in_state({"max_num_batched_tokens": 10, "max_num_seqs": 8}, running=[a, b, c])
-    out = SchedulerOutput()
-    left = scheduler._schedule_running(out, 10)
-    got = dict(out.num_scheduled_tokens)
-    assert got == {"a": 1, "b": 1, "c": 8} and left == 0, f"TODO 17: running 里依次是 decode 的 a、b 和做了一半的 c（欠 22 个），预算 10：应按顺序给 a、b 各 1 个、c 剩下的 8 个，返回 0，即 {{'a': 1, 'b': 1, 'c': 8}}；得到 {got}，返回 {left!r}"
-    x = request_in_state("x", list(range(9)), 4)  # 欠 5 个
-    y = request_in_state("y", [1], 1, outputs=[2])  # decode：欠 1 个
+    settings = {"max_num_batched_tokens": 100, "max_num_seqs": 8}
+
+    def in_order(names):  # a、b 是 decode（各欠 1 个），c 的 prefill 做了 8 个（欠 22 个）
+        made = {"a": request_in_state("a", [1, 2, 3], 3, outputs=[9]), "b": request_in_state("b", [4, 5, 6, 7], 4, outputs=[9]),
+                "c": request_in_state("c", list(range(30)), 8)}
+        return scheduler_in_state(settings, running=[made[name] for name in names])
+
+    got, left = running_in_order(in_order("abc"), 10)
+    assert (got, left) == ([("a", 1), ("b", 1), ("c", 8)], 0), f"TODO 17: running 里依次是 decode 的 a、b 和做了一半的 c（欠 22 个），参数 token_budget=10（max_num_batched_tokens 是 100：用参数，不用它）：应按顺序给 a、b 各 1 个、c 8 个，返回 0；得到 {got}，返回 {left!r}"
+    got, left = running_in_order(in_order("cab"), 10)
+    assert (got, left) == ([("c", 10)], 0), f"TODO 17: running 里依次是做了一半的 c（先被接纳，欠 22 个）和 decode 的 a、b，预算 10：按 running 的顺序，c 先拿走全部 10 个，a、b 这一步没有（不要把 decode 挪到前面）；应为 [('c', 10)]、返回 0，得到 {got}、返回 {left!r}"
+    x, y = request_in_state("x", list(range(9)), 4), request_in_state("y", [1], 1, outputs=[2])  # x 欠 5 个，y 是 decode
     done = request_in_state("z", [1, 2], 3, outputs=[5])  # 已经追上：欠 0 个
-    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 8}, running=[done, x, y])
-    out = SchedulerOutput()
-    left = scheduler._schedule_running(out, 4)
-    got = dict(out.num_scheduled_tokens)
-    assert got == {"x": 4} and left == 0, f"TODO 17: running 里依次是欠 0 个的 z、欠 5 个的 x、decode 的 y，预算 4：z 跳过（不记 0），x 拿 4 个，预算用完 y 这一步没有；应为 {{'x': 4}}、返回 0，得到 {got}、返回 {left!r}"
+    got, left = running_in_order(scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 8}, running=[done, x, y]), 4)
+    assert (got, left) == ([("x", 4)], 0), f"TODO 17: running 里依次是欠 0 个的 z、欠 5 个的 x、decode 的 y，预算 4：z 跳过（不记 0），x 拿 4 个，预算用完 y 这一步没有；应为 [('x', 4)]、返回 0，得到 {got}、返回 {left!r}"
+    x.num_computed_tokens = 6  # 欠 3 个
+    got, left = running_in_order(scheduler_in_state({"max_num_batched_tokens": 10, "max_num_seqs": 8}, running=[x, done, y]), 10)
+    assert (got, left) == ([("x", 3), ("y", 1)], 6), f"TODO 17: running 里依次是欠 3 个的 x、欠 0 个的 z、decode 的 y，预算 10：z 跳过后接着排 y（continue，不是 break），应为 [('x', 3), ('y', 1)]、返回 6，得到 {got}、返回 {left!r}"
     return None
+
+
+def waiting_ids(scheduler):
+    return [r.request_id for r in scheduler.waiting]
 
 
 def visible_check_todo18():
@@ -343,9 +374,10 @@ def visible_check_todo18():
     scheduler = scheduler_in_state({"max_num_batched_tokens": 1024, "max_num_seqs": 8}, waiting=new)
     out = SchedulerOutput()
     scheduler._schedule_waiting(out, 1024)
-    got = dict(out.num_scheduled_tokens)
+    got = list(out.num_scheduled_tokens.items())
     admitted = [r.request_id for r in scheduler.running]
-    assert got == {"a": 800, "b": 224} and admitted == ["a", "b"], f"TODO 18: 预算 1024，等待队列里依次是三个 800 token 的请求 a、b、c：应接纳 a（800 个）、b（224 个），c 留在队列里；得到 {got}，running = {admitted}"
+    assert got == [("a", 800), ("b", 224)] and admitted == ["a", "b"], f"TODO 18: 预算 1024，等待队列里依次是三个 800 token 的请求 a、b、c：应接纳 a（800 个）、b（224 个），c 留在队列里；得到 {got}，running = {admitted}"
+    assert waiting_ids(scheduler) == ["c"], f"TODO 18: 接纳了 a、b 之后 self.waiting 里应只剩 ['c']，得到 {waiting_ids(scheduler)}：接纳时用 self.waiting.popleft() 把请求从队头取出来，不然它结束后还会被再接纳一次"
     busy = request_in_state("old", [1, 2], 2, outputs=[3])
     queued = [request_in_state(f"q{i}", [i] * 5, 0) for i in range(3)]
     scheduler = scheduler_in_state({"max_num_batched_tokens": 100, "max_num_seqs": 2}, running=[busy], waiting=queued)
@@ -353,6 +385,12 @@ def visible_check_todo18():
     scheduler._schedule_waiting(out, 99)
     got = dict(out.num_scheduled_tokens)
     assert got == {"q0": 5}, f"TODO 18: max_num_seqs=2、running 里已有 1 个请求，等待队列 q0、q1、q2：只能按到达顺序接纳 q0，应为 {{'q0': 5}}，得到 {got}"
+    queued = [request_in_state(f"q{i}", [i] * 5, 0) for i in range(3)]
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 100, "max_num_seqs": 8}, running=[busy], waiting=queued)
+    out = SchedulerOutput()
+    scheduler._schedule_waiting(out, 7)
+    got = list(out.num_scheduled_tokens.items())
+    assert got == [("q0", 5), ("q1", 2)] and waiting_ids(scheduler) == ["q2"], f"TODO 18: 参数 token_budget=7（running 已用掉一部分，max_num_batched_tokens 是 100：用参数），等待队列 q0、q1、q2 各 5 个 token：应为 [('q0', 5), ('q1', 2)]、q2 留在队列里；得到 {got}，waiting = {waiting_ids(scheduler)}"
     system = [(3 * i) % 47 for i in range(200)]
     hit = request_in_state("hit", system + [5] * 20, 0)
     settings = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "block_size": 16, "prefix_cache": ListPrefixCache([system])}
@@ -366,28 +404,40 @@ def visible_check_todo18():
 
 def visible_check_todo19():
     a = request_in_state("a", list(range(10)), 8, max_tokens=2)  # 这一步只算到第 8 个 token
-    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 4}, running=[a])
+    b = request_in_state("b", [1, 2], 2, outputs=[4], max_tokens=3)  # decode，还差 2 个 token 才结束
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 4}, running=[a, b])
     scheduler.update_from_output(SchedulerOutput({"a": 4}), {"a": 7})
     assert a.output_token_ids == [], f"TODO 19: 10 个 token 的 prompt 这一步之后只算了 8 个：prefill 中途不采样，output_token_ids 应为 []，得到 {a.output_token_ids}"
-    a.num_computed_tokens = 10  # 下一步算完了整个 prompt
-    scheduler.update_from_output(SchedulerOutput({"a": 2}), {"a": 7})
-    assert a.output_token_ids == [7], f"TODO 19: 算完整个 prompt 的这一步应收下采样的 7：output_token_ids 应为 [7]，得到 {a.output_token_ids}"
-    a.num_computed_tokens = 11  # decode 一步
-    scheduler.update_from_output(SchedulerOutput({"a": 1}), {"a": 8})
-    assert a.output_token_ids == [7, 8], f"TODO 19: decode 之后 output_token_ids 应为 [7, 8]，得到 {a.output_token_ids}"
+    for computed, step, sampled, want in [(10, {"a": 2, "b": 1}, {"a": 7, "b": 5}, [7]), (11, {"a": 1}, {"a": 8}, [7, 8])]:
+        a.num_computed_tokens, b.num_computed_tokens = computed, 3
+        scheduler.update_from_output(SchedulerOutput(step), sampled)
+        assert a.output_token_ids == want, f"TODO 19: a 的 num_computed_tokens = {computed}（已追上）时应收下采样的 token：output_token_ids 应为 {want}，得到 {a.output_token_ids}"
+        assert (a.num_computed_tokens, b.num_computed_tokens) == (computed, 3), f"TODO 19: update_from_output 不改 num_computed_tokens（采样出的 token 还没算 KV，下一步才算）：a、b 应仍是 {computed}、3，得到 {a.num_computed_tokens}、{b.num_computed_tokens}"
     assert a not in scheduler.running and "a" not in scheduler.requests, "TODO 19: max_tokens=2 的请求生成了 2 个 token，应离开 running 和 requests"
+    assert scheduler.running == [b] and list(scheduler.requests) == ["b"], f"TODO 19: 没结束的 b 应留在 running 和 requests 里，得到 running = {[r.request_id for r in scheduler.running]}、requests = {list(scheduler.requests)}"
     return None
 
 
-run_visible_checks(
-    [
-        ("TODO 15", visible_check_todo15),
-        ("TODO 16", visible_check_todo16),
-        ("TODO 17", visible_check_todo17),
-        ("TODO 18", visible_check_todo18),
-        ("TODO 19", visible_check_todo19),
-    ]
-)
+VISIBLE_SCHED_CHECKS = [
+    ("TODO 15", visible_check_todo15),
+    ("TODO 16", visible_check_todo16),
+    ("TODO 17", visible_check_todo17),
+    ("TODO 18", visible_check_todo18),
+    ("TODO 19", visible_check_todo19),
+]
+
+
+def first_failing_todo():
+    """第一个可见检查不通过的 TODO（如 "TODO 17"）；都通过时为 None。4.5、4.6 节出错时用它指明该回到哪个 TODO。"""
+    for todo, check in VISIBLE_SCHED_CHECKS:
+        try:
+            check()
+        except Exception:  # noqa: BLE001  (任何错误都说明这个 TODO 还没好)
+            return todo
+    return None
+
+
+run_visible_checks(VISIBLE_SCHED_CHECKS)
 
 
 # %% [markdown]
@@ -432,7 +482,7 @@ def serve_on_tiny_model(model, scheduler, prompts, max_tokens, cached_prefixes=(
                 kv[rid] = None
                 if start > 0:
                     source = [c for p, c in prefix_kv.items() if len(p) >= start and list(p[:start]) == request.prompt_token_ids[:start]]
-                    assert source, f"调度器（TODO 18）让 {rid} 从第 {start} 个 token 开始，可没有哪段缓存的前缀覆盖这 {start} 个 token"
+                    assert source, f"调度器让 {rid} 从第 {start} 个 token 开始，可没有哪段缓存的前缀覆盖这 {start} 个 token：回到 {blame('TODO 15 与 TODO 18')}"
                     kv[rid] = tuple((k[:, :start], v[:, :start]) for k, v in source[0])
             tokens = (request.prompt_token_ids + request.output_token_ids)[start : start + n]
             logits, kv[rid] = model(tokens, past_kv=kv[rid])
@@ -442,6 +492,12 @@ def serve_on_tiny_model(model, scheduler, prompts, max_tokens, cached_prefixes=(
         scheduler.update_from_output(out, sampled)
     prompt_logits = {rid: torch.cat(chunks, dim=0) for rid, chunks in rows.items() if chunks}
     return prompt_logits, {rid: list(r.output_token_ids) for rid, r in requests.items()}, hits, timeline
+
+
+def blame(fallback):
+    """出错时该回到的 TODO：第一个可见检查不通过的那个；可见检查都通过时，是 fallback 说的那几个。"""
+    todo = first_failing_todo()
+    return f"{todo}（它的可见检查不通过，先让它通过）" if todo else fallback
 
 
 def greedy_one_shot(model, prompt, max_tokens):
@@ -466,7 +522,12 @@ def demo_end_to_end():
         "repeat": list(system),  # 整个 prompt 都已缓存
     }
     scheduler = Scheduler(max_num_batched_tokens=32, max_num_seqs=3, block_size=16, prefix_cache=ListPrefixCache([system]))
-    logits, outputs, hits, timeline = serve_on_tiny_model(model, scheduler, prompts, max_tokens=4, cached_prefixes=[system])
+    try:
+        logits, outputs, hits, timeline = serve_on_tiny_model(model, scheduler, prompts, max_tokens=4, cached_prefixes=[system])
+    except (AssertionError, NotImplementedError):
+        raise
+    except Exception as error:
+        raise RuntimeError(f"调度器跑这个例子时出错（{type(error).__name__}: {error}）：回到 {blame('TODO 15–19')}") from error
     print("每一步调度的 token（前 8 步）：")
     for index, step in enumerate(timeline[:8]):
         print(f"  第 {index} 步：{step}（共 {sum(step.values())}）")
@@ -475,10 +536,11 @@ def demo_end_to_end():
     for rid, prompt in prompts.items():
         full_logits, expected = greedy_one_shot(model, prompt, 4)
         hit = hits.get(rid)
-        assert hit is not None and rid in logits, f"调度器（TODO 15–19）没有算完请求 {rid} 的 prompt"
-        gap = (logits[rid] - full_logits[hit:]).abs().max().item()
-        assert logits[rid].shape == full_logits[hit:].shape and gap < 1e-4, f"{rid}：调度器切出的块算出的 logits 与一次完整前向不同（最大误差 {gap:.1e}）：检查 TODO 17–18 给的 token 数与 num_computed_tokens"
-        assert outputs[rid] == expected, f"{rid}：生成的 token {outputs[rid]} 与逐个贪心解码的 {expected} 不同：检查 TODO 19 什么时候收下 token"
+        assert hit is not None and rid in logits, f"调度器没有算完请求 {rid} 的 prompt：回到 {blame('TODO 15–19')}"
+        same_shape = logits[rid].shape == full_logits[hit:].shape
+        gap = (logits[rid] - full_logits[hit:]).abs().max().item() if same_shape else float("inf")
+        assert gap < 1e-4, f"{rid}：调度器切出的块算出的 logits 与一次完整前向不同（最大误差 {gap:.1e}）：回到 {blame('TODO 16–18（给的 token 数与 num_computed_tokens）')}"
+        assert outputs[rid] == expected, f"{rid}：生成的 token {outputs[rid]} 与逐个贪心解码的 {expected} 不同：回到 {blame('TODO 19（什么时候收下 token）')}"
         print(f"{rid:<8}{len(prompt):>8}{hit:>6}{gap:>12.1e}  {outputs[rid]} / {expected}")
     print("✅ 每个请求的 logits 都与一次完整前向相同，生成的 token 与贪心解码相同")
 
