@@ -19,16 +19,16 @@
 # `vllm/v1/core/sched/scheduler.py` 的 `Scheduler.schedule` 开头有一段注释，说它**没有** prefill 阶段和 decode 阶段：每个请求只有两个数，`num_computed_tokens`（已经算好 KV 的 token 数）和 `num_tokens`（prompt 加上已经生成的 token），调度器每一步给请求分配 token，让前者追上后者。分块预填充、前缀缓存、投机解码都是这一条规则的特例。一步之内的顺序是：
 #
 # 1. `token_budget = max_num_batched_tokens`。
-# 2. **先排正在运行的请求**（`self.running`，按进入的先后）。每个请求欠 `num_tokens - num_computed_tokens` 个 token：decode 欠 1 个，prefill 做了一半的欠剩下的 prompt。`long_prefill_token_threshold` 大于 0 时，一步最多给一个请求这么多（默认 0，即不限）；再不能超过剩下的预算。欠 0 个的请求跳过；预算用完就停。
+# 2. **先排正在运行的请求**（`self.running`，按进入的先后）。每个请求欠 `num_tokens - num_computed_tokens` 个 token：decode 欠 1 个，prefill 做了一半的欠剩下的 prompt。`long_prefill_token_threshold` 大于 0 时，一步最多给一个请求这么多（vLLM 0.33 的默认是 0，即不限；默认值随版本变：2025 年的一些版本在 `max_num_partial_prefills > 1` 时把 0 自动换成 `max_model_len` 的 4%，0.33 已经没有这个选项）；再不能超过剩下的预算。欠 0 个的请求跳过；预算用完就停。
 # 3. **再从等待队列按到达顺序接纳新请求**（先来先服务），直到预算用完，或者运行中的请求已经有 `max_num_seqs` 个。新请求先查前缀缓存（`kv_cache_manager.get_computed_blocks`）：命中的 token 直接算作 `num_computed_tokens`，**永远不会被调度**，只有没命中的后缀参与分块——这正是第一部分 `chunked_suffix_prefill_plan` 的想法，只是块的大小由预算决定。
 # 4. 每个被调度的请求把 `num_computed_tokens` 加上这一步给它的数（`_update_after_schedule`），所以做了一半的 prefill 下一步接着做。
 # 5. 模型前向之后，`update_from_output` 把采样出的 token 交给**已经追上**的请求；这一步只算了 prompt 一部分的请求不产生 token（模型那边会丢掉它的采样结果）。生成够 `max_tokens` 个的请求结束、离开 running。
 #
-# 这样排的结果是：decode 永远排在 prefill 前面，一个长 prompt 被切成若干块、每步只占预算剩下的部分，正在 decode 的请求不会被它卡住。Sarathi-Serve 把这种做法叫 stall-free batching（先 decode，再做了一半的 prefill，最后新的 prefill）。
+# 这样排的结果是：已经在 running 里的请求——正在 decode 的，和 prefill 做了一半的——都排在新请求前面，彼此之间**按接纳的先后**，vLLM 不把 decode 挪到做了一半的 prefill 前面（第 2 步只是按顺序走一遍 `self.running`）。一个长 prompt 被切成若干块、每步只占预算剩下的部分；running 里的 decode 每步都排得上，除非排在它前面的请求（包括一个先被接纳、还在分块的长 prefill）已经把预算用完——预算远大于 decode 的个数时，这很少发生。Sarathi-Serve 把这种做法叫 stall-free batching；它的调度器（`sarathi/core/scheduler/sarathi_scheduler.py`）才是严格的“先 decode，再做了一半的 prefill，最后新的 prefill”。
 #
 # **KV 不够时。** 上面第 2 步里，vLLM 为每个请求调用 `kv_cache_manager.allocate_slots` 申请新的 KV 块；申请不到时，它把 running 里**最后进入**的请求抢占（preempt）：释放它的块、`num_computed_tokens` 归零、放回等待队列的最前面，以后从头重算（命中的前缀可以再次命中）。这一步只要有抢占，就不再接纳新请求。本节的调度器不管 KV 容量，也就没有抢占。
 #
-# **SGLang 不一样。** SGLang 也只对没命中的 token 收预算（`extend_input_len = len(fill_ids) - len(prefix_indices)`），但它默认**先跑 prefill 批**：`get_next_batch_to_run` 只要能组出 prefill 批就先跑它，decode 等下一步；`--chunked-prefill-size` 是一个 prefill 批的预算。只有打开 `--enable-mixed-chunk`，prefill 块和 decode 才在同一步里，而且先扣 decode 的 token。所以同一个长 prompt，在 SGLang 默认设置下会让正在 decode 的请求停顿几步，在 vLLM v1 里不会。4.6 节会量这一点。
+# **SGLang 不一样。** SGLang 也只对没命中的 token 收预算（`extend_input_len = len(fill_ids) - len(prefix_indices)`），但它默认**先跑 prefill 批**：`get_next_batch_to_run` 只要能组出 prefill 批就先跑它，decode 等下一步；`--chunked-prefill-size` 是一个 prefill 批的分块预算；此外 `--max-prefill-tokens`（默认 16384）也限制一个 prefill 批的 token 数（帮助文字说实际上限取它和模型最大上下文长度中较大的一个）。只有打开 `--enable-mixed-chunk`，prefill 块和 decode 才在同一步里，而且先扣 decode 的 token。所以同一个长 prompt，在 SGLang 默认设置下会让正在 decode 的请求停顿几步，在 vLLM v1 里不会。4.6 节用模拟看这一点（不是在 GPU 上测）。
 
 # %% nbgrader={"grade": false, "grade_id": "sched_request", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from collections import deque
@@ -101,7 +101,7 @@ class BlockCacheAdapter:
 # 1. **最多到 `num_tokens - 1`。** 整个 prompt 都命中时，最后一个 token 仍要算一遍，模型才会给出它的 logits，才能采样第一个输出 token。
 # 2. **按整块算。** KV 以块为单位存放和共享，只有满块会被缓存；命中的长度向下取整到 `block_size` 的倍数，新算的 token 从块边界开始。
 #
-# 两条合起来：一个完整命中的 prompt 要重算的不是 1 个 token，而是最后一个（不满或刚好满的）块，最多 `block_size` 个 token——vLLM 源码里那段注释说的就是这件事。也因此，一段比一个块还短的共享前缀**永远不会命中**，这是用户最常问的“命中率为 0”的原因之一。（SGLang 的基数树默认一个 token 一页，完整命中时正好重算 1 个 token。）
+# 两条合起来：一个完整命中的 prompt 要重算的不是 1 个 token，而是最后一个（不满或刚好满的）块，最多 `block_size` 个 token——vLLM 源码里那段注释说的就是这件事。也因此，一段比一个块还短的共享前缀**永远不会命中**，这是用户最常问的“命中率为 0”的原因之一。（SGLang 的基数树页大小为 1 时，完整命中正好重算 1 个 token；`--page-size` 更大时命中按页对齐，和 vLLM 的整块一样。）
 #
 # 实现 `num_cached_tokens(prefix_cache, token_ids, block_size)`：返回可以直接当作 `num_computed_tokens` 的命中长度（`int`）。例：`block_size=16`，缓存命中 37 个 token → 32；命中 10 个 → 0；48 个 token 的 prompt 全部命中 → `min(48, 47) = 47` → 32。
 
@@ -246,6 +246,66 @@ class Scheduler:
                 del self.requests[request_id]
         ### END SOLUTION
 
+
+# %% [markdown]
+# #### 提示：TODO 15–19
+#
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+#
+# <details><summary>TODO 15 · 提示 1</summary>
+#
+# 缓存说命中了 `m` 个 token。哪两条规则会让可以跳过的数比 `m` 小？一个完整命中的 prompt，模型还要算哪个位置的 logits？
+#
+# <details><summary>TODO 15 · 提示 2</summary>
+#
+# 没有缓存时是 0。否则先把命中长度限制在 `len(token_ids) - 1` 以内，再向下取整到 `block_size` 的倍数（整除再乘回去）。两步的先后不能反：先取整再减 1，结果就不是块的倍数了。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 16 · 提示 1</summary>
+#
+# 一个请求“欠”多少，看的是 `num_tokens` 还是 `num_prompt_tokens`？一个正在 decode 的请求欠几个？threshold 和预算都是上限，什么时候它们不起作用？
+#
+# <details><summary>TODO 16 · 提示 2</summary>
+#
+# 欠的数 = `request.num_tokens - num_computed_tokens`（用参数里的 `num_computed_tokens`）。threshold 大于 0、而且比欠的数小时，才换成 threshold；最后再和 `token_budget` 取较小的一个。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 17 · 提示 1</summary>
+#
+# 这个方法只“记账”：它往 `out` 里写谁拿几个 token、返回剩下的预算，请求本身的 `num_computed_tokens` 谁来改？`self.running` 的顺序是什么意思，要不要重新排？
+#
+# <details><summary>TODO 17 · 提示 2</summary>
+#
+# 照 `self.running` 原来的顺序走一遍，预算从参数 `token_budget` 开始（不是 `self.max_num_batched_tokens`）。预算为 0 就停；每个请求用 TODO 16 算出给几个，得到 0 个的 `continue`（不记，也不停下），否则记进 `out.num_scheduled_tokens` 并从预算里减掉。最后返回剩下的预算。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 18 · 提示 1</summary>
+#
+# 循环什么时候停：队列空了、预算用完、running 满了。一个被接纳的请求要从哪里挪到哪里？命中的前缀什么时候算进 `num_computed_tokens`？
+#
+# <details><summary>TODO 18 · 提示 2</summary>
+#
+# 三个条件都满足时，用 `self.waiting.popleft()` 取出队头（不能只看 `self.waiting[0]`：接纳过的请求要离开队列），用 TODO 15 设好它的 `num_computed_tokens`，再用 TODO 16 算出这一步给它几个，追加到 `self.running` 末尾，记进 `out`，从参数 `token_budget` 里减掉。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 19 · 提示 1</summary>
+#
+# 一个请求这一步之后“追上了”是什么意思？给定的 `schedule()` 已经前进过 `num_computed_tokens`，这里还要动它吗？结束的请求登记在哪两处？
+#
+# <details><summary>TODO 19 · 提示 2</summary>
+#
+# 只遍历 `out.num_scheduled_tokens` 里的请求（从 `self.requests` 按 id 找）。`num_computed_tokens < num_tokens` 的跳过；否则把 `sampled_token_ids[request_id]` 追加到它的 `output_token_ids`，不改 `num_computed_tokens`（新 token 的 KV 下一步才算）。生成够 `max_tokens` 个时，从 `self.running` 和 `self.requests` 两处都移除。
+#
+# </details>
+# </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo15_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 运行此单元格检查 TODO 15–19：每个 TODO 几个固定的小例子，一秒内跑完；评分时还有 15 格隐藏检查（随机轨迹逐步比对参考实现）。
@@ -455,7 +515,7 @@ run_visible_checks(VISIBLE_SCHED_CHECKS)
 #
 # 块的大小每一步都不一样（取决于预算被 decode 用掉多少），命中的 token 从没被算过，可每个请求 prompt 部分的 logits 仍应与一次完整前向 `model(prompt)` 相同（从命中的位置起），生成的 token 也应与逐个 token 的贪心解码相同。这与第二部分的结论是同一件事：KV 接力传对了，怎么切都一样。
 #
-# （真实引擎把同一步里所有请求的 token 拼成一个批，一次前向算完，每个请求只对它最后一个被调度的位置算 logits；这里为了清楚，逐个请求调用模型。fp32 下结果逐位接近；bf16 的服务里，切法不同会让舍入不同，命中与不命中的结果可能差几个 ulp。）
+# （真实引擎把同一步里所有请求的 token 拼成一个批，一次前向算完，每个被调度的请求都对它这一步最后一个位置算一行 logits，prefill 中途的请求也算，只是丢掉采样结果；这里为了清楚，逐个请求调用模型。fp32 下结果逐位接近；bf16 的服务里，切法不同会让舍入不同，命中与不命中的结果可能差几个 ulp。）
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "sched_end_to_end", "locked": true, "schema_version": 3, "solution": false, "task": false}
 def serve_on_tiny_model(model, scheduler, prompts, max_tokens, cached_prefixes=(), max_steps=500):
