@@ -11,7 +11,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export notebooks solutions examples intake autograde test test-fast test-heavy bench compat lint clean distclean
+.PHONY: all setup sandbox export-tools export notebooks solutions examples intake autograde test test-fast test-heavy bench compat engine-diff lint clean distclean
 
 all: notebooks solutions examples
 
@@ -105,6 +105,12 @@ bench: $(STAMP) sandbox build/grading-course/gradebook.db
 # Pythons in ~/.pyenv/versions (several GB of wheels each, removed after its run): not in `make test`.
 compat: $(STAMP)
 	$(PY) -m grader.kit.publish.compat --matrix
+
+# Part four's reference scheduler against vLLM's own v1 Scheduler (pinned: 0.33.0), step by step on 240
+# seeded traces (docs/engine-diff.md). One throwaway venv under build/engine-diff/ with vLLM and the CUDA
+# torch it pulls (about 10 GB, run on the CPU; built once): not in `make test`.
+engine-diff: $(STAMP)
+	$(PY) -m bench.engine_diff.run
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check grader tests bench

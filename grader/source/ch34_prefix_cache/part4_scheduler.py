@@ -19,7 +19,7 @@
 # `vllm/v1/core/sched/scheduler.py` 的 `Scheduler.schedule` 开头有一段注释，说它**没有** prefill 阶段和 decode 阶段：每个请求只有两个数，`num_computed_tokens`（已经算好 KV 的 token 数）和 `num_tokens`（prompt 加上已经生成的 token），调度器每一步给请求分配 token，让前者追上后者。分块预填充、前缀缓存、投机解码都是这一条规则的特例。一步之内的顺序是：
 #
 # 1. `token_budget = max_num_batched_tokens`。
-# 2. **先排正在运行的请求**（`self.running`，按进入的先后）。每个请求欠 `num_tokens - num_computed_tokens` 个 token：decode 欠 1 个，prefill 做了一半的欠剩下的 prompt。`long_prefill_token_threshold` 大于 0 时，一步最多给一个请求这么多（vLLM 0.33 的默认是 0，即不限；默认值随版本变：2025 年的一些版本在 `max_num_partial_prefills > 1` 时把 0 自动换成 `max_model_len` 的 4%，0.33 已经没有这个选项）；再不能超过剩下的预算。欠 0 个的请求跳过；预算用完就停。
+# 2. **先排正在运行的请求**（`self.running`，按进入的先后）。每个请求欠 `num_tokens - num_computed_tokens` 个 token：decode 欠 1 个，prefill 做了一半的欠剩下的 prompt。`long_prefill_token_threshold` 大于 0 时，一步最多给一个请求这么多（vLLM 0.33 的默认是 0，即不限；默认值随版本变：2025 年的一些版本在 `max_num_partial_prefills > 1` 时把 0 自动换成 `max_model_len` 的 4%，0.33 已经没有这个选项。vLLM 0.33 里，这一步只有一个请求——running 加 waiting 共 1 个——时不设这个上限，没有别的请求会被它饿着）；再不能超过剩下的预算。欠 0 个的请求跳过；预算用完就停。
 # 3. **再从等待队列按到达顺序接纳新请求**（先来先服务），直到预算用完，或者运行中的请求已经有 `max_num_seqs` 个。新请求先查前缀缓存（`kv_cache_manager.get_computed_blocks`）：命中的 token 直接算作 `num_computed_tokens`，**永远不会被调度**，只有没命中的后缀参与分块——这正是第一部分 `chunked_suffix_prefill_plan` 的想法，只是块的大小由预算决定。
 # 4. 每个被调度的请求把 `num_computed_tokens` 加上这一步给它的数（`_update_after_schedule`），所以做了一半的 prefill 下一步接着做。
 # 5. 模型前向之后，`update_from_output` 把采样出的 token 交给**已经追上**的请求；这一步只算了 prompt 一部分的请求不产生 token（模型那边会丢掉它的采样结果）。生成够 `max_tokens` 个的请求结束、离开 running。
@@ -124,7 +124,7 @@ def num_cached_tokens(prefix_cache, token_ids, block_size) -> int:
 # %% [markdown]
 # #### 4.4　TODO 16–19：`Scheduler`
 #
-# 构造函数、`add_request` 和 `schedule` 已经写好：`schedule` 先用 `_schedule_running` 排正在运行的请求，再用 `_schedule_waiting` 接纳新请求，最后把每个被调度请求的 `num_computed_tokens` 加上它这一步拿到的 token 数。你来写四个方法：
+# 构造函数、`add_request` 和 `schedule` 已经写好：`schedule` 先定下这一步的 `self.long_prefill_token_threshold`（构造时给的值；只有一个请求时为 0），再用 `_schedule_running` 排正在运行的请求，再用 `_schedule_waiting` 接纳新请求，最后把每个被调度请求的 `num_computed_tokens` 加上它这一步拿到的 token 数。你来写四个方法：
 #
 # - **TODO 16 `_num_new_tokens(request, num_computed_tokens, token_budget)`**：这一步最多给这个请求几个 token：欠的 `request.num_tokens - num_computed_tokens`，`long_prefill_token_threshold > 0` 时不超过它，再不超过 `token_budget`。
 # - **TODO 17 `_schedule_running(out, token_budget)`**：按 `self.running` 的顺序，给每个请求 `_num_new_tokens(...)` 个 token，记进 `out.num_scheduled_tokens[request_id]`，从预算里扣掉；得到 0 个的请求跳过（不记 0）；预算用完就停。返回剩下的预算。
@@ -159,7 +159,8 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.block_size = block_size
-        self.long_prefill_token_threshold = long_prefill_token_threshold
+        self.configured_long_prefill_token_threshold = long_prefill_token_threshold  # 构造时给的值
+        self.long_prefill_token_threshold = long_prefill_token_threshold  # 这一步的上限：schedule() 每步重设
         self.prefix_cache = prefix_cache
         self.waiting = deque()  # 还没进入 running 的请求，按到达顺序
         self.running = []  # 已接纳、还没结束的请求，按接纳顺序
@@ -175,8 +176,11 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def schedule(self) -> SchedulerOutput:
-        """安排一步：先 running，再 waiting；然后每个被调度的请求前进它拿到的 token 数。"""
+        """安排一步：定下这一步的 threshold，先 running，再 waiting；然后每个被调度的请求前进它拿到的 token 数。"""
         out = SchedulerOutput()
+        # vLLM 0.33：只有一个请求（running + waiting）时不设上限，没有别的请求会被它饿着
+        num_eligible = len(self.running) + len(self.waiting)
+        self.long_prefill_token_threshold = self.configured_long_prefill_token_threshold if num_eligible > 1 else 0
         token_budget = self.max_num_batched_tokens
         token_budget = self._schedule_running(out, token_budget)
         self._schedule_waiting(out, token_budget)

@@ -101,6 +101,7 @@ class _OracleScheduler:
                  long_prefill_token_threshold=0, prefix_cache=None):
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
         self.block_size, self.prefix_cache = block_size, prefix_cache
+        self.configured_long_prefill_token_threshold = long_prefill_token_threshold
         self.long_prefill_token_threshold = long_prefill_token_threshold
         self.waiting, self.running, self.requests = deque(), [], {}
 
@@ -110,6 +111,9 @@ class _OracleScheduler:
 
     def schedule(self):
         out = _Output()
+        # vLLM 0.33: the threshold is not applied when only one request (running + waiting) is eligible
+        lone = len(self.running) + len(self.waiting) <= 1
+        self.long_prefill_token_threshold = 0 if lone else self.configured_long_prefill_token_threshold
         budget = _o_running(self, out, self.max_num_batched_tokens)
         _o_waiting(self, out, budget)
         for request_id, n in out.num_scheduled_tokens.items():
