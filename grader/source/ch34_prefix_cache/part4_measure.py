@@ -51,7 +51,8 @@ def roofline_step_model(gpu, model, step_overhead=0.0):
     读的字节 = 全部权重 + 每个请求读一遍自己的 KV（每 token 2·L·kv_heads·head_dim·bytes 字节）；
     运算量 = 2·matmul_params·token 数 + 4·L·d_attn·Σ n·(P + (n+1)/2)：QKᵀ 和 AV 每对 (query, key) 每层
     各 2·d_attn 次，像 FlashAttention 那样跳过被因果掩码掉的一半。step_overhead 是每步固定开销（秒），
-    roofline 本身没有它，默认 0。
+    roofline 本身没有它，默认 0。它比真正的下界略高：lm_head 算给了每个 token（引擎每个请求每步只算一行 logits），
+    整张输入词嵌入表也算进了每步读的字节（其实只读用到的几行）；4.6 节的正文给出了高多少。
     """
     g, m = GPU_SPECS[gpu], MODEL_SPECS[model]
     weight_bytes = m["params"] * m["bytes"]
@@ -594,7 +595,7 @@ def _sweep():
 sweep_started = time.perf_counter()
 sweep = serving_result_or_none(_sweep)
 if sweep is None:
-    print("请先完成 TODO 15–19（4.3、4.4 节），再运行本测量。")
+    print("请先完成 TODO 15–19（4.3、4.4 节），再运行这一格模拟。")
 else:
     sweep_rows, sweep_runs, sweep_pure_rows = sweep
     print(f"模拟 {len(sweep_rows) + len(sweep_pure_rows)} 次，用时 {time.perf_counter() - sweep_started:.1f} s；A100 · Llama-3-8B，roofline + 每步 5 ms：")
@@ -659,10 +660,10 @@ else:
 # **怎么读这张表和这两张图。** 这里的数字都是**模拟**：步时来自上面的模型，不是在 GPU 上量的；同一个种子每次得到同样的数。TBT 的 p50/p99 来自约 2.5 万个 token 间隔，稳定；TTFT 只有 180 个请求：p99 由最慢的两个请求决定，p50 也随负载里长文档的多少而变。下面引用的数是种子 34 的（就是这张表）。方括号里的范围不在这本 notebook 里算：仓库里的 `python bench/bench_scheduler.py`（约 40 秒）用 5 个种子（34–38）跑同一组配置，给出每个数的最小–最大，并逐条核对下面的结论（2026-12-02 的一次运行）；结论只用 5 个种子下都成立的比较。
 #
 # - **TBT p99 随预算上涨，几乎成正比。** 256 → 19 ms，512 → 34 ms，1024 → 62 ms，2048 → 114 ms，4096 → 216 ms，8192 → 279 ms [245, 334]；8192 以外，5 个种子之间相差不到 2 ms。decode 优先时，一个 decode 的 TBT 就是它所在那一步的时长；一步被 prefill 块填满时，时长 ≈ `t0 + 预算 × 每 token 的运算时间`（A100 上的 8B 模型约 48 µs/token），p99 就落在这样的步上。第一张图左边就是这种情形：一个长 prompt 被切成 512 的块，每一步 34 ms，正在生成的请求每一步都拿到一个 token。
-# - **TTFT p50 的方向相反，过了某个预算就不再变。** 256 → 255 ms [69, 356]，512 → 114 ms [32, 237]，1024 → 73 ms，2048 → 55 ms [30, 144]，4096 和 8192 在 48–52 ms。5 个种子都是：256 的 TTFT p50 是 2048 的 1.5 倍以上，4096、8192 与 2048 相差不到 30%；绝对数随种子变化很大，因为长文档多几个少几个，排队就差很多。预算小时，prefill 每步只分到“预算减去 decode 数”个 token，却每一步都要付一次 `t0` 和一次权重读取；预算到两三千以后，一个短请求没命中的那几十到两百多个 token 一步就能算完，TTFT 剩下的主要是排队。纯 roofline（`t0 = 0`）下 TBT 的取舍一样（14 → 264 ms），TTFT 却只从 48 ms 变到 26–28 ms：**TTFT 随预算改善多少，取决于每步的固定开销**，TBT 随预算变差则不取决于它。
+# - **TTFT p50 的方向相反，过了某个预算就不再变。** 256 → 255 ms [69, 363]，512 → 114 ms [32, 234]，1024 → 73 ms，2048 → 55 ms [30, 144]，4096 和 8192 在 48–52 ms。5 个种子都是：256 的 TTFT p50 是 2048 的 1.5 倍以上，4096、8192 与 2048 相差不到 30%；绝对数随种子变化很大，因为长文档多几个少几个，排队就差很多。预算小时，prefill 每步只分到“预算减去 decode 数”个 token，却每一步都要付一次 `t0` 和一次权重读取；预算到两三千以后，一个短请求没命中的那几十到两百多个 token 一步就能算完，TTFT 剩下的主要是排队。纯 roofline（`t0 = 0`）下 TBT 的取舍一样（14 → 264 ms），TTFT 却只从 48 ms 变到 26–28 ms：**TTFT 随预算改善多少，取决于每步的固定开销**，TBT 随预算变差则不取决于它。
 # - **这正是 vLLM 调优指南（`docs/configuration/optimization.md`）的说法**：`max_num_batched_tokens` 小（比如 2048），inter-token latency 好，因为拖慢 decode 的 prefill 少；大，TTFT 好，因为一步能做更多 prefill；要吞吐，大于 8192。Sarathi-Serve 的实验对严格的 TBT 目标用 512、对宽松的用 2048；在这个模型里两者的 TBT p99 是 34 ms 和 114 ms，TTFT p50 是 114 ms 和 55 ms——一个目标对应一个预算，预算就是“一步最多允许多慢”。
 # - **不分块就是 generation stall。** 不分块（预算 6007）和 8192 的 TBT p99 都在 279 ms，最长的一次间隔 322–424 ms：一个长 prompt 整个塞进一步，这一步就要三百多毫秒，所有正在生成的请求都得等它（第一张图右边，下面一行的空白）。我们的长文档最长不到 6000 token，所以 8192 的预算其实也不切它们。
-# - **prefill 优先（SGLang 默认）在同样的预算下 TBT p99 高得多**：512 时 551 ms、2048 时 352 ms，是 decode 优先的 16 倍和 3 倍（5 个种子里至少 3 倍和 2 倍）；最长的一次间隔 1.4 s 和 1.2 s。每来一个新请求，正在生成的请求就要停下来等一个 prefill 步；每秒来 10 个请求时，这些 prefill 步常常一个接一个。它的 TTFT p50 在这个模型里也没有更好：种子 34 是 147 对 114 ms、61 对 55 ms；5 个种子 × 两个预算共 10 组里，5 组比 decode 优先低（最多低 11%），5 组高（最多高 54%）。在这个模型里，只有 prefill 的步没法让 decode 搭便车，decode 只好单独成步，各自再读一遍权重。
+# - **prefill 优先（SGLang 默认）在同样的预算下 TBT p99 高得多**：512 时 551 ms、2048 时 352 ms，是 decode 优先的 16 倍和 3 倍（5 个种子里至少 3 倍和 2 倍）；最长的一次间隔 1.4 s 和 1.2 s。每来一个新请求，正在生成的请求就要停下来等一个 prefill 步；每秒来 10 个请求时，这些 prefill 步常常一个接一个。它的 TTFT p50 在这个模型里也没有更好：种子 34 是 147 对 114 ms、61 对 55 ms；5 个种子 × 两个预算共 10 组里，5 组比 decode 优先低（最多低 11%），5 组高（最多高 53%）。在这个模型里，只有 prefill 的步没法让 decode 搭便车，decode 只好单独成步，各自再读一遍权重。
 # - **前缀缓存**的影响在下一格单独看：同一负载在预算 2048 下关掉缓存（等价于下一张表的“各不相同”），TTFT p50 从 55 ms 涨到 659 ms（5 个种子里至少 5 倍）。
 # - **第二张图**把 TBT p99（纵轴，对数）和 TTFT p50（横轴）放在一起：蓝线从右下（256：TBT 好、TTFT 差）走到左上（8192），在 1024–2048 附近拐弯；红点（prefill 优先）在蓝线上方，也就是同样的 TTFT 下 TBT 更差；黑叉（不分块）与 8192 的点重合。
 # - **离线 benchmark**（180 个请求同时到达，只看全部跑完要多久）：预算 128 用了 23.5 s，512 用了 15.1 s，8192 用了 16.8 s（5 个种子都是 128 最慢、比 512 慢 30% 以上，512 比 8192 先跑完）。预算低于“拐点 + 正在 decode 的请求数”（这里约 160 + 64）时，每一步都是带宽受限的小步，权重读得比算得多，吞吐掉三分之一。512 反而比 8192 快约 10%，是 roofline 的理想化造成的：它假设同一步里读权重和做运算完全重叠，decode 塞进 prefill 块里真的不要钱（Sarathi 说的 piggybacking）；真实 kernel 在几百个 token 时达不到峰值，这个优势会缩小甚至反过来。
@@ -691,7 +692,7 @@ def _cache_sweep():
 
 cache_rows = serving_result_or_none(_cache_sweep)
 if cache_rows is None:
-    print("请先完成 TODO 15–19（4.3、4.4 节），再运行本测量。")
+    print("请先完成 TODO 15–19（4.3、4.4 节），再运行这一格模拟。")
 else:
     print(format_table(cache_rows, SERVING_COLUMNS))
     try:
@@ -861,7 +862,7 @@ def _routing_sweep():
 
 routing_rows = serving_result_or_none(_routing_sweep)
 if routing_rows is None:
-    print("请先完成 TODO 15–19（4.3、4.4 节），再运行本测量。")
+    print("请先完成 TODO 15–19（4.3、4.4 节），再运行这一格模拟。")
 else:
     print(format_table(routing_rows, SERVING_COLUMNS[:8] + [("per_replica", "各副本的请求数", "{}"), ("decisions", "路由依据", "{}")]))
     try:
