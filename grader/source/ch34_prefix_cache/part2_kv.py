@@ -539,7 +539,7 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 #
 # **TODO 10　带真实 KV 的前缀缓存。** `add_prefix`：已登记就返回；否则 `chunked_prefill` 算出 KV 存进 `self.prefix_kv[tuple(tokens)]`，再 `self.manager.add_prefix`——先有 KV 再登记，账本里出现的前缀就一定能取到 KV。`prefill`：`match_len = self.manager.match_prefix(tokens)`，`hit_len = min(match_len, len(tokens) - 1)`；命中时从 `self.prefix_kv[tuple(tokens[:match_len])]` 取出 KV，每层切 `k[:, :hit_len]`（完整命中时少一个位置，否则就是整条），再 `chunked_prefill(self.model, tokens[hit_len:], self.block_size, past_kv=...)`。切片是新的视图、`torch.cat` 生成新张量，缓存条目本身从不被写。常见错误：完整命中时 `hit_len = match_len`（suffix 为空，没有 logits）；用 `tokens[:hit_len]` 当键（完整命中时这个键不存在）；把切短的 KV 写回缓存（之后命中同一前缀的请求会少一个位置，位置错位）；命中后仍把整个 prompt 送进模型。
 #
-# 真实系统多走一步：它们在 prefill 的途中一块一块地登记，`add_prefix` 这一步就省了，而且不用等整个 prompt 算完。vLLM 在调度器给一个请求分配这一步的块时（`kv_cache_manager.allocate_slots` 里调用 `cache_blocks`）就登记这一步会填满的满块，源码注释说这样“同一批里的其他请求也能复用这个块”；SGLang 每算完一块就把已算好的前缀插进基数树（`cache_unfinished_req`）。SGLang 的基数树页大小为 1 时，命中可以停在任意 token 上，而不只是“登记过的完整前缀”；`--page-size` 大于 1 时，`match_prefix` 先把查询截到页大小的整数倍，命中按页对齐，和 vLLM 的整块一样。
+# 真实系统多走一步：它们在 prefill 的途中一块一块地登记，`add_prefix` 这一步就省了，而且不用等整个 prompt 算完。vLLM 在调度器给一个请求分配这一步的块时（`kv_cache_manager.allocate_slots` 里调用 `cache_blocks`）就登记这一步会填满的满块，设计文档 `docs/design/prefix_caching.md` 说这样“同一批里的其他请求也能复用这个块”；SGLang 每算完一块就把已算好的前缀插进基数树（`cache_unfinished_req`）。SGLang 的基数树页大小为 1 时，命中可以停在任意 token 上，而不只是“登记过的完整前缀”；`--page-size` 大于 1 时，`match_prefix` 先把查询截到页大小的整数倍，命中按页对齐，和 vLLM 的整块一样。
 
 # %% [markdown]
 # ### 2.4　代价模型：命中 h 能省多少？
