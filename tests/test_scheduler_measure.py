@@ -322,3 +322,49 @@ def test_measurement_cell_asks_to_finish_the_todos_first(monkeypatch, capsys, ce
     monkeypatch.setitem(NS, "Scheduler", Unfinished)
     exec(compile(_cells()[cell], cell, "exec"), NS)
     assert "请先完成 TODO 15–19" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- section 4.7: routing across replicas
+def _conversations(**kwargs):
+    params = {"seed": 34, "num_conversations": 16, "turns": 3, "rate": 2.0}
+    params.update(kwargs)
+    return NS["conversation_workload"](**params)
+
+
+def test_one_replica_behind_a_router_is_the_single_engine_simulation():
+    workload = _conversations()
+    routed, per_replica = NS["simulate_replicas"](workload, _roofline(), NS["RoundRobinRouter"](1), 1)
+    alone = simulate_serving(workload, _roofline(), 2048, cache=HashPrefixCache())
+    assert per_replica == [len(workload)]
+    for key in ("ttft", "tbt", "hit_tokens", "prefill_tokens", "num_steps", "makespan"):
+        assert routed[key] == alone[key], key
+
+
+def test_a_later_turn_extends_its_conversation_s_prompt():
+    workload = _conversations(num_conversations=1, turns=3)
+    prompts = [prompt for _, prompt, _ in workload]
+    assert [p[: len(prompts[0])] for p in prompts] == [prompts[0]] * 3
+    assert len(prompts[0]) < len(prompts[1]) < len(prompts[2])
+    assert [when for when, _, _ in workload] == sorted(when for when, _, _ in workload)
+
+
+def test_cache_aware_router_follows_sglang_s_three_rules():
+    router = NS["CacheAwareRouter"](3)
+    first = list(range(100))
+    assert router.choose(first, [0, 0, 0]) == 0  # nothing matches: the smallest tree (ties: first)
+    assert router.choose(list(range(200, 300)), [1, 0, 0]) == 1  # the next smallest tree
+    assert router.choose(first + [7] * 40, [1, 1, 0]) == 0  # 96 of 140 tokens match: > 0.5
+    assert router.choose(first[:32] + [5] * 90, [2, 1, 0]) == 2  # 32 of 122 match: smallest tree
+    assert router.choose(first, [40, 1, 5]) == 1  # 40 - 1 > 32 and 40 > 1.1: least loaded
+    assert router.decisions == {"负载均衡": 1, "前缀匹配": 1, "最小的树": 3}
+
+
+def test_cache_aware_routing_hits_more_than_round_robin_on_conversations():
+    workload = _conversations()
+    rows = {}
+    for name in ("RoundRobinRouter", "CacheAwareRouter"):
+        result, per_replica = NS["simulate_replicas"](workload, _roofline(), NS[name](4), 4)
+        assert sum(per_replica) == len(workload) and len(result["ttft"]) == len(workload)
+        rows[name] = NS["summarize_run"](name, result)
+    assert rows["CacheAwareRouter"]["hit_share"] > rows["RoundRobinRouter"]["hit_share"]
+    assert rows["CacheAwareRouter"]["prefill_tokens"] < rows["RoundRobinRouter"]["prefill_tokens"]

@@ -249,3 +249,22 @@ def test_speedup_verdicts_judge_against_the_rows_range():
         ns["speedup_verdicts"]([noise, row(0.5, 2.0, 2.1, 2.2, 1.9)]),
     )
     assert "之内" in inside[0] and "比模型慢" in slower[0] and "比模型快" in faster[0]
+
+
+SCHEDULER_MISTAKES = [m for m in VISIBLE if m.loses and todo_of(m) >= 15]
+
+
+@pytest.mark.parametrize("mistake", SCHEDULER_MISTAKES, ids=[m.name for m in SCHEDULER_MISTAKES])
+def test_the_end_to_end_demo_blames_the_mistakes_own_todo(mistake):
+    """4.5's demo on the tiny model: when a part-four mistake makes it fail, its message names
+    the mistake's TODO (the first whose visible check fails), not a guess such as TODO 17-18;
+    a bare KeyError from the given schedule() never reaches the learner."""
+    ran = run_cells(mistake.edits, stop_after="sched_end_to_end")
+    grade_id, printed, error = ran[-1]
+    assert grade_id == "sched_end_to_end"
+    if error is None:
+        assert "✅" in printed, printed
+        return
+    named = re.findall(r"TODO (\d+)", str(error))
+    assert named and int(named[0]) == todo_of(mistake), f"{type(error).__name__}: {error}"
+    assert not isinstance(error, KeyError), error

@@ -34,7 +34,7 @@
 # | 尾块 | 最后一个不足 `block_size` 的 chunk | 真实输入长度很少恰好整除，必须正确处理 |
 #
 # **`block_size` 在本 notebook 里有两种含义，** 沿用题目给出的参数名，引擎里它们是两个不同的参数：
-# - **第一、二部分：分块预填充的块大小（chunk size）。** 一个 prompt 一次前向最多送进几个 token，限制的是单次 prefill 的工作集。第二部分的函数参数就叫 `chunk_size`。引擎里没有一个参数和它一一对应：vLLM 的 `max_num_batched_tokens` 是**每一步**的 token 预算，这一步里所有请求的 decode token 和 prefill 块共用它；单个请求每步最多拿多少 prefill token 由 `long_prefill_token_threshold` 限制，默认 0，即不单独限制（`vllm/v1/core/sched/scheduler.py` 的 `schedule`）。SGLang 的 `--chunked-prefill-size` 是一个 prefill batch 的 token 预算（`python/sglang/srt/managers/schedule_policy.py` 的 `PrefillAdder`）。只有一个请求在做 prefill、没有别的 decode 时，这些预算才等于这里的 chunk 大小。
+# - **第一、二部分：分块预填充的块大小（chunk size）。** 一个 prompt 一次前向最多送进几个 token，限制的是单次 prefill 的工作集。第二部分的函数参数就叫 `chunk_size`。引擎里没有一个参数和它一一对应：vLLM 的 `max_num_batched_tokens` 是**每一步**的 token 预算，这一步里所有请求的 decode token 和 prefill 块共用它；单个请求每步最多拿多少 prefill token 由 `long_prefill_token_threshold` 限制，vLLM 0.33 的默认是 0，即不单独限制（`vllm/v1/core/sched/scheduler.py` 的 `schedule`；默认值随版本变，见 4.2 节）。SGLang 的 `--chunked-prefill-size` 是一个 prefill batch 的分块预算（`python/sglang/srt/managers/schedule_policy.py` 的 `PrefillAdder`），`--max-prefill-tokens`（默认 16384）再给一个 prefill batch 的 token 数设一个上限。只有一个请求在做 prefill、没有别的 decode 时，这些预算才等于这里的 chunk 大小。
 # - **第三部分：KV cache 的块（页）大小（block / page size）。** 每个物理块存几个 token 的 K/V，决定前缀缓存的粒度：只有满块才能共享。vLLM 叫 `--block-size`（PagedAttention 的页），SGLang 叫 `--page-size`。
 #
 # 两者可以独立设置：例如 KV 块是 16 个 token，而每次 prefill 最多处理 2048 个 token。

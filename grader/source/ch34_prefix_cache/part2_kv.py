@@ -130,7 +130,7 @@ def run_visible_checks(checks):
 # - 返回的 `logits` 形状 `(T, vocab_size)`，**只**含这 `T` 个新 token；返回的 `past_kv` 覆盖到目前为止的全部 `P + T` 个 token。
 # - 传入的 `past_kv` 不会被修改：新的 KV 由 `torch.cat` 拼成新张量。
 #
-# **为什么缓存后的计算与完整计算相等？因为因果性。** 第 `t` 个位置的 K、V 只取决于 token `0..t`（每一层都只看得到自己和前面的位置），与后面跟着什么 token 无关。所以两个 prompt 只要前 `h` 个 token 相同，它们前 `h` 个位置的 KV 就逐位相同，可以直接搬过来用；剩下的 token 拿着这份 KV 接着算，每个位置看到的 key/value 与完整计算时一模一样，结果自然相同（只差浮点运算顺序带来的 1e-6 量级误差）。这是 float32 下的结论：bf16 只有 8 位有效数字，命中路径与未命中路径的矩阵形状不同、kernel 的累加顺序也不同，舍入误差就可能让 logits 差出可见的量、甚至让贪心解码选出不同的 token。vLLM 和 SGLang 的 issue 里常有用户问“开了 prefix caching 输出就变了”，原因多半就是这个。
+# **为什么缓存后的计算与完整计算相等？因为因果性。** 第 `t` 个位置的 K、V 只取决于 token `0..t`（每一层都只看得到自己和前面的位置），与后面跟着什么 token 无关。所以两个 prompt 只要前 `h` 个 token 相同，它们前 `h` 个位置的 KV 就逐位相同，可以直接搬过来用；剩下的 token 拿着这份 KV 接着算，每个位置看到的 key/value 与完整计算时一模一样，结果自然相同（只差浮点运算顺序带来的 1e-6 量级误差）。这是 float32 下的结论：bf16 的有效位（significand）只有 8 个二进制位，约合 2–3 位十进制有效数字，命中路径与未命中路径的矩阵形状不同、kernel 的累加顺序也不同，舍入误差就可能让 logits 差出可见的量、甚至让贪心解码选出不同的 token。vLLM 和 SGLang 的 issue 里常有用户问“开了 prefix caching 输出就变了”，原因多半就是这个。
 #
 # 要让“接着算”真的等于完整计算，模型里有两件事必须做对：
 #
@@ -550,12 +550,12 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 #
 # **TODO 10　带真实 KV 的前缀缓存。** `add_prefix`：已登记就返回；否则 `chunked_prefill` 算出 KV 存进 `self.prefix_kv[tuple(tokens)]`，再 `self.manager.add_prefix`——先有 KV 再登记，账本里出现的前缀就一定能取到 KV。`prefill`：`match_len = self.manager.match_prefix(tokens)`，`hit_len = min(match_len, len(tokens) - 1)`；命中时从 `self.prefix_kv[tuple(tokens[:match_len])]` 取出 KV，每层切 `k[:, :hit_len]`（完整命中时少一个位置，否则就是整条），再 `chunked_prefill(self.model, tokens[hit_len:], self.block_size, past_kv=...)`。切片是新的视图、`torch.cat` 生成新张量，缓存条目本身从不被写。常见错误：完整命中时 `hit_len = match_len`（suffix 为空，没有 logits）；用 `tokens[:hit_len]` 当键（完整命中时这个键不存在）；把切短的 KV 写回缓存（之后命中同一前缀的请求会少一个位置，位置错位）；命中后仍把整个 prompt 送进模型。
 #
-# 真实系统多走一步：vLLM 在 prefill 时顺手把算好的每个满块登记进缓存，`add_prefix` 这一步就省了；SGLang 用基数树保存前缀，命中可以停在任意 token 上，而不只是“登记过的完整前缀”。
+# 真实系统多走一步：它们在 prefill 的途中一块一块地登记，`add_prefix` 这一步就省了，而且不用等整个 prompt 算完。vLLM 在调度器给一个请求分配这一步的块时（`kv_cache_manager.allocate_slots` 里调用 `cache_blocks`）就登记这一步会填满的满块，设计文档 `docs/design/prefix_caching.md` 说这样“同一批里的其他请求也能复用这个块”；SGLang 每算完一块就把已算好的前缀插进基数树（`cache_unfinished_req`）。SGLang 的基数树页大小为 1 时，命中可以停在任意 token 上，而不只是“登记过的完整前缀”；`--page-size` 大于 1 时，`match_prefix` 先把查询截到页大小的整数倍，命中按页对齐，和 vLLM 的整块一样。
 
 # %% [markdown]
 # ### 2.4　代价模型：命中 h 能省多少？
 #
-# 设模型有 `L` 层、宽度 `d`，`N` 个非嵌入参数。这里把 `lm_head` 也算进 `N`，因为本章的小模型对送入的每个 token 都算 logits。真实引擎不这样做：每个请求每一步只为它最后一个被调度的 token 算 logits（vLLM 在 `vllm/v1/worker/gpu_model_runner.py` 里只把每个请求最后一个位置的隐状态送进 `lm_head`），不是最后一块的 prefill 块一个 logits 也不产生。所以把这个模型套到真实模型上时，`N` 不含 `lm_head`。prefill `T` 个 token 的浮点运算量：
+# 设模型有 `L` 层、宽度 `d`，`N` 个非嵌入参数。这里把 `lm_head` 也算进 `N`，因为本章的小模型对送入的每个 token 都算 logits。真实引擎不这样做：每个被调度的请求每一步只为它这一步最后一个位置算一行 logits（vLLM 的 `vllm/v1/worker/gpu_model_runner.py` 在 `_prepare_inputs` 里取 `logits_indices = query_start_loc[1:] - 1`，每个请求一行），不是最后一块的 prefill 块也照算这一行、照样采样，再把采样结果丢掉——源码注释说这样做是“为了简单”（we do so for simplicity）。所以把这个模型套到真实模型上时，`N` 不含 `lm_head`；`lm_head` 的运算量按“每个请求每步一行”另算，prefill 几千个 token 时可以忽略。prefill `T` 个 token 的浮点运算量：
 #
 # - **线性层：** 每个 token 过一遍全部权重，约 `2N` 次运算，合计 `2N·T`。
 # - **注意力：** 位置 `t` 的 query 要和 `t + 1` 个 key 做点积、再对同样多个 value 加权，每层约 `4·d·t` 次运算；对 `t = 0..T-1` 求和，`L` 层合计约 `2·L·d·T²`。
@@ -883,5 +883,5 @@ if memory_rows:
 # ### 2.5　证据边界：这一部分证明了什么，没证明什么
 #
 # - **证明了：** 在一个随机权重的小 Transformer 上，分块预填充、以及复用缓存前缀后只算 suffix，得到的 logits 和 KV 与一次完整前向一致（`torch.allclose`，`atol = 1e-5`，float32；bf16 下两条路径可能差出舍入误差，见 2.1 节）。等式来自因果性，与权重是否训练过、模型大小无关；右下角对齐的掩码和绝对位置是它成立的两个前提。评分测试用随机 prompt、多种 chunk 大小和前缀组合检查了这一点。
-# - **测量了：** 单个 prompt 在 CPU 上（单线程）、float32 小模型的 prefill 耗时；分数张量那张表是形状检查，不是内存测量。`h = 0` 那一行两边做的是同一件事，它的比值范围就是这次测量的噪声：一行的实测加速比与代价模型的差别，只有超出这个范围才算测到了。在几个进程共用的 CPU 上这个范围可能很宽（本套件的测试机在负载约 2.5 时见过 0.66 到 1.69）；能稳定看到的只有“命中越多越快”，实测比代价模型快还是慢，要看那次运行的噪声有多大。这些数字也不能当作 GPU 上的数字。
+# - **测量了：** 单个 prompt 在 CPU 上（单线程）、float32 小模型的 prefill 耗时；分数张量那张表是形状检查，不是内存测量。`h = 0` 那一行两边做的是同一件事，它的比值范围就是这次测量的噪声：一行的实测加速比与代价模型的差别，只有超出这个范围才算测到了。在几个进程共用的 CPU 上这个范围可能很宽，宽到跨过 1（看上面表里 `h = 0` 那一行这次印出的最小–最大）；能稳定看到的只有“命中越多越快”，实测比代价模型快还是慢，要看那次运行的噪声有多大。这些数字也不能当作 GPU 上的数字。
 # - **没有测：** batch、调度、TTFT / TPOT、吞吐、显存碎片、真实模型的权重与 kernel（FlashAttention、分页 KV）。这些需要 serving 级别的基准测试（例如 vLLM 的 `vllm bench serve`）。最后的 GPU 实验给出分配器层面的峰值显存，但仍只是这个小模型上的一次 prefill。

@@ -9,7 +9,7 @@
 # | 容量 | `cached_prefixes` 只增不减，从不遗忘 | KV cache 放在固定大小的显存池里，满了就按 LRU 淘汰没人用的块 |
 # | 存储单位 | 只记 token，不知道 KV 存在哪里 | 记到物理块：命中的前缀直接得到一串 block id，多个请求共享同一批块，用引用计数保护 |
 #
-# 本部分实现 `BlockPrefixCache`：固定 `num_blocks` 个物理块、只缓存满块的哈希链、每块一个引用计数、可淘汰块按 LRU 排队，外加 vLLM 口径的 token 级命中率统计。最后用合成负载量一量：容量多大时命中率才上得去，淘汰策略换成 FIFO 或随机会怎样。
+# 本部分实现 `BlockPrefixCache`：固定 `num_blocks` 个物理块、只缓存满块的哈希链、每块一个引用计数、可淘汰块按 LRU 排队，外加 token 级命中率统计。它的口径接近 vLLM 的 prefix cache hit rate 而不相同：两者都按整块计命中；vLLM 还把命中封顶在 `num_tokens - 1`（`get_computed_blocks`），完整命中的 prompt 少算一块，这里不封顶；vLLM 报的是最近 1,000 个请求的滑动窗口，这里是累计。最后用合成负载量一量：容量多大时命中率才上得去，淘汰策略换成 FIFO 或随机会怎样。
 #
 # 本部分是**选做**，共 40 分（TODO 11–14），默认单独记录，不计入成绩（见第一格的分值）。只用 Python 标准库，不需要 torch。这里的 `block_size` 是 KV cache 的块（页）大小：每个物理块存几个 token 的 K/V（见 1.3 节末尾），不是第一、二部分的 prefill chunk 大小。
 
@@ -88,7 +88,7 @@ class BlockPrefixCache:
         self._free_block_ids = deque(range(num_blocks))  # 空闲块，从队首取
         self._evictable = OrderedDict()  # block_id -> None；队首 = 最久未用
         self._cached = {}  # key -> block_id：已登记的块
-        # token 级统计，口径与 vLLM 的 prefix cache hit rate 相同
+        # token 级统计：命中按整块计，与 vLLM 相同；vLLM 另把命中封顶在 num_tokens - 1（完整命中少算一块），这里不封顶
         self.num_requests = 0
         self.num_queried_tokens = 0
         self.num_hit_tokens = 0
@@ -902,12 +902,12 @@ del _show_eviction_policies
 # %% [markdown]
 # ### 3.7　vLLM 和 SGLang：同一件事的两种组织方式
 #
-# vLLM 的 prefix caching 和本章的 `BlockPrefixCache` 结构相近，但有一处要紧的不同：**vLLM 命中时不核对块里存的 token**，只信哈希。设计文档 `docs/design/prefix_caching.md` 自己写明这种键“不是 100% 无碰撞”，建议多租户部署用 SHA-256；新版本里配置项 `prefix_caching_hash_algo` 的默认值就是 `sha256`（`vllm/config/cache.py`），碰撞概率小到可以不管。本章用 Python 内置的 64 位 `hash`，碰撞要当真，所以 TODO 11 要核对 `parent_key` 和 `token_ids`。相同的部分：KV 按固定大小的块分页，只有满块才计算块哈希（父块哈希 + 本块 token，再加上 LoRA、多模态输入等额外键），用一张“块哈希 → 物理块”的字典查找；空闲块放在一个双向链表里，按淘汰顺序排列，请求结束时它的块从尾到头追加到链表末尾，需要新块时从表头取，取到还带着哈希的块就顺手把它从字典里删掉（惰性淘汰）；命中时把块从空闲链表中摘下、引用计数 +1。查找本身不改变淘汰顺序。SGLang 的 RadixAttention 则把所有缓存的前缀组织成一棵基数树：边上是 token 序列，节点上挂着这些 token 的 KV 在显存池里的位置（默认一个 token 一个槽位，也可以按页）。匹配时从根沿树逐段比较 token，不用哈希，命中长度可以精确到 token，分叉处就地把节点一分为二；引用计数（lock_ref）沿着从节点到根的路径加减；淘汰时只从引用计数为 0 的叶子里挑：默认按最近访问时间挑最老的（LRU），也可以用 `--radix-eviction-policy` 换成 LFU 等策略，叶子删掉后父节点可能变成新的叶子；匹配会刷新路径上节点的访问时间。两者的取舍：哈希链的每一步是 O(1) 的字典查找，块表天然对齐 PagedAttention 的块；基数树命中更精细，树的结构本身就表达了前缀之间的共享关系，同时也要自己维护节点分裂和叶子淘汰。
+# vLLM 的 prefix caching 和本章的 `BlockPrefixCache` 结构相近，但有一处要紧的不同：**vLLM 命中时不核对块里存的 token**，只信哈希。设计文档 `docs/design/prefix_caching.md` 自己写明这种键“不是 100% 无碰撞”，建议多租户部署用 SHA-256；新版本里配置项 `prefix_caching_hash_algo` 的默认值就是 `sha256`（`vllm/config/cache.py`），碰撞概率小到可以不管。本章用 Python 内置的 64 位 `hash`，碰撞要当真，所以 TODO 11 要核对 `parent_key` 和 `token_ids`。相同的部分：KV 按固定大小的块分页，只有满块才计算块哈希（父块哈希 + 本块 token，再加上 LoRA、多模态输入等额外键），用一张“块哈希 → 物理块”的字典查找；空闲块放在一个双向链表里，按淘汰顺序排列，请求结束时它的块从尾到头追加到链表末尾，需要新块时从表头取，取到还带着哈希的块就顺手把它从字典里删掉（惰性淘汰）；命中时把块从空闲链表中摘下、引用计数 +1。查找本身不改变淘汰顺序。SGLang 的 RadixAttention 则把所有缓存的前缀组织成一棵基数树：边上是 token 序列，节点上挂着这些 token 的 KV 在显存池里的位置（默认一个 token 一个槽位，也可以按页）。匹配时从根沿树逐段比较 token，不用哈希，页大小为 1 时命中长度可以精确到 token（`--page-size` 更大时，`match_prefix` 先把查询截到页的整数倍，按页命中），分叉处就地把节点一分为二；引用计数（lock_ref）沿着从节点到根的路径加减；淘汰时只从引用计数为 0 的叶子里挑：默认按最近访问时间挑最老的（LRU），也可以用 `--radix-eviction-policy` 换成 LFU 等策略，叶子删掉后父节点可能变成新的叶子；匹配会刷新路径上节点的访问时间。两者的取舍：哈希链的每一步是 O(1) 的字典查找，块表天然对齐 PagedAttention 的块；基数树命中更精细，树的结构本身就表达了前缀之间的共享关系，同时也要自己维护节点分裂和叶子淘汰。
 
 # %% [markdown]
 # ### 3.8　证据边界：这一部分证明了什么，没证明什么
 #
 # - **证明了：** `BlockPrefixCache` 的簿记是对的：随机操作序列与暴力参考实现逐步比对，每一步之后所有不变量都成立（块池不超容量、使用中的块不被淘汰、淘汰顺序是 LRU、不满的块不缓存、强制哈希碰撞也不会返回错误的块、查询不改变状态、块不够时报错且不改变状态）。
-# - **测到了：** 在**合成**请求流上，token 级命中率如何随块池容量和淘汰策略变化；本套件的维护者另外测了查找开销（不在这本 notebook 里）：缓存 100 到 10,000 条序列时 `match` 的耗时，对照 `PrefixCacheManager.match_prefix` 的线性扫描。
+# - **测到了：** 在**合成**请求流上，token 级命中率如何随块池容量和淘汰策略变化；查找开销不在这本 notebook 里测：仓库里的 `python bench/bench_block_cache.py`（约 10 秒）给缓存 100 到 10,000 条序列时的 `match` 计时，对照 `PrefixCacheManager.match_prefix` 的线性扫描，结果记在仓库的 `docs/measurements.md`。
 # - **没有证明：** 真实显存里的 KV 复用是否正确（那是第二部分用小 Transformer 做的事）；命中率换算成 TTFT、吞吐或显存节省是多少：命中的 token 省掉的是 prefill 计算，但注意力开销随位置增长，token 命中率不等于时间节省比例；真实请求流（到达时间、长度分布、会话间隔）下命中率是多少。服务级别的数字需要 serving 基准测试（例如 vLLM 的 `vllm bench serve`）。
-# - **没有实现：** decode 阶段新生成的满块也登记进缓存（vLLM 会这样做，多轮对话的命中率会更高）；全部命中时仍要重算最后一块（vLLM）或最后一个 token（SGLang）以得到 logits（第四部分的 TODO 15 实现了 vLLM 的规则）；LoRA / 多模态的额外哈希键；抢占（preemption）时的块回收；KV 在 GPU、CPU、磁盘之间的分层卸载。
+# - **没有实现：** decode 阶段新生成的满块也登记进缓存（vLLM 会这样做，多轮对话的命中率会更高）；全部命中时仍要重算最后一块（vLLM）或最后一个 token（SGLang，页大小为 1 时）以得到 logits（第四部分的 TODO 15 实现了 vLLM 的规则）；LoRA / 多模态的额外哈希键；抢占（preemption）时的块回收；KV 在 GPU、CPU、磁盘之间的分层卸载。

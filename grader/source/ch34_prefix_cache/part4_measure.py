@@ -1,5 +1,5 @@
 # %% [markdown]
-# #### 4.6　测量：分块预填充到底换来了什么
+# #### 4.6　模拟：分块预填充到底换来了什么
 #
 # 前面几节证明了调度器“排得对”。这一节问它“排得好不好”：同一串请求，token 预算取 256 还是 8192、开不开前缀缓存、先 decode 还是先 prefill，用户看到的 TTFT 和 TBT 差多少。我们没有 GPU 集群，所以分三步：
 #
@@ -51,7 +51,8 @@ def roofline_step_model(gpu, model, step_overhead=0.0):
     读的字节 = 全部权重 + 每个请求读一遍自己的 KV（每 token 2·L·kv_heads·head_dim·bytes 字节）；
     运算量 = 2·matmul_params·token 数 + 4·L·d_attn·Σ n·(P + (n+1)/2)：QKᵀ 和 AV 每对 (query, key) 每层
     各 2·d_attn 次，像 FlashAttention 那样跳过被因果掩码掉的一半。step_overhead 是每步固定开销（秒），
-    roofline 本身没有它，默认 0。
+    roofline 本身没有它，默认 0。它比真正的下界略高：lm_head 算给了每个 token（引擎每个请求每步只算一行 logits），
+    整张输入词嵌入表也算进了每步读的字节（其实只读用到的几行）；4.6 节的正文给出了高多少。
     """
     g, m = GPU_SPECS[gpu], MODEL_SPECS[model]
     weight_bytes = m["params"] * m["bytes"]
@@ -164,9 +165,9 @@ class HashPrefixCache:
         self.block_size = block_size
         self.keys = set()
 
-    def _walk(self, tokens):
-        key, size = None, self.block_size
-        for start in range(0, len(tokens) - size + 1, size):
+    def _walk(self, tokens, start=0, key=None):
+        size = self.block_size
+        for start in range(start, len(tokens) - size + 1, size):
             key = hash((key, tuple(tokens[start : start + size])))
             yield start + size, key
 
@@ -178,9 +179,12 @@ class HashPrefixCache:
             hit = end
         return hit
 
-    def insert(self, tokens) -> None:
-        for _, key in self._walk(tokens):
+    def insert(self, tokens, resume=(0, None)):
+        """登记 tokens 的全部满块；resume=(已登记到的位置, 那里的键) 时从那里接着登记。返回新的 (位置, 键)。"""
+        end, key = resume
+        for end, key in self._walk(tokens, *resume):
             self.keys.add(key)
+        return end, key
 
 
 class PrefillFirstScheduler(Scheduler):
@@ -229,7 +233,8 @@ def simulate_serving(workload, step_seconds, max_num_batched_tokens, max_num_seq
 
     workload: poisson_workload 的结果；cache: None（不用前缀缓存）或 HashPrefixCache（可以是上一次运行留下的“热”缓存）。
     scheduler_class: None 表示你的 Scheduler（vLLM 的 decode 优先），也可以是 PrefillFirstScheduler。
-    一个请求的 prompt 全部算完后（每步结束时）把它算好的满块登记进 cache，和 vLLM 一样只登记满块。
+    每步结束时，把这一步 prefill 过的请求已经算完的满块登记进 cache（只登记满块，和 vLLM 一样；登记的时刻与 SGLang
+    一样是这一块算完之后，vLLM 还要早一点：调度那一刻就登记，同一步里排在后面的新请求就能命中）。
     返回 dict：ttft、tbt（秒的列表，tbt 把所有请求的相邻 token 间隔放在一起）、hit_tokens、prompt_tokens、
     prefill_tokens（真正算了的 prompt token）、token_times（request_id -> 各 token 出来的时刻）、num_steps、makespan，按请求排列的 prefill_busy（它的 prefill
     所在各步的时长之和）与 uncached（它没命中的 prompt token 数），record_steps=True 时还有 steps：
@@ -239,14 +244,7 @@ def simulate_serving(workload, step_seconds, max_num_batched_tokens, max_num_seq
     decode_first = not issubclass(scheduler_class, PrefillFirstScheduler)
     scheduler = scheduler_class(max_num_batched_tokens, max_num_seqs, block_size=block_size, prefix_cache=cache)
     run = _ServingRun(workload, scheduler, max_num_batched_tokens, max_num_seqs, block_size, cache, decode_first)
-    while len(run.finished) < len(run.order):
-        if run.num_steps > run.total_tokens:  # 每一步至少推进 1 个 token，超过这个数一定是调度器在原地打转
-            run.fail("TODO 17–19", f"{run.num_steps} 步后还有请求没结束")
-        run.admit_arrivals()
-        if not run.active:
-            run.clock = run.arrival[run.order[run.next_arrival]]  # 空闲：时钟跳到下一个请求到达
-            continue
-        run.step(step_seconds, record_steps)
+    run.run_until(float("inf"), step_seconds, record_steps)
     return run.result(record_steps)
 
 
@@ -257,18 +255,33 @@ class _ServingRun:
         self.scheduler, self.cache, self.block_size, self.decode_first = scheduler, cache, block_size, decode_first
         self.max_num_batched_tokens, self.max_num_seqs = max_num_batched_tokens, max_num_seqs
         self.requests, self.arrival, self.admitted, self.finished = {}, {}, set(), set()
-        self.first_hit, self.token_times, self.busy = {}, {}, {}
-        for i, (when, prompt, max_tokens) in enumerate(workload):
-            rid = f"r{i}"
-            self.requests[rid] = Request(rid, prompt, max_tokens)
-            self.arrival[rid] = when
-        self.order = list(self.requests)
-        self.total_tokens = sum(len(r.prompt_token_ids) + r.max_tokens for r in self.requests.values())
+        self.first_hit, self.token_times, self.busy, self.registered = {}, {}, {}, {}  # registered: 请求 -> 已登记到的 (位置, 键)
+        self.order, self.total_tokens = [], 0
         self.clock, self.next_arrival, self.steps, self.num_steps, self.prefill_tokens = 0.0, 0, [], 0, 0
         self.active, self.running = [], []  # 已到达、没结束的请求（按到达顺序）；其中已被接纳的（按接纳顺序）
+        for i, (when, prompt, max_tokens) in enumerate(workload):
+            self.add(f"r{i}", when, prompt, max_tokens)
+
+    def add(self, rid, when, prompt, max_tokens):
+        """交来一个请求（到达时刻不早于之前交来的）；时钟走到 when 时它才交给调度器。"""
+        self.requests[rid] = Request(rid, prompt, max_tokens)
+        self.arrival[rid] = when
+        self.order.append(rid)
+        self.total_tokens += len(prompt) + max_tokens
+
+    def run_until(self, until, step_seconds, record_steps=False):
+        """一步一步排，直到时钟过了 until，或者交来的请求全部结束。"""
+        while len(self.finished) < len(self.order) and self.clock < until:
+            if self.num_steps > self.total_tokens:  # 每一步至少推进 1 个 token，超过这个数一定是调度器在原地打转
+                self.fail("TODO 17–19", f"{self.num_steps} 步后还有请求没结束")
+            self.admit_arrivals()
+            if not self.active:
+                self.clock = self.arrival[self.order[self.next_arrival]]  # 空闲：时钟跳到下一个请求到达
+                continue
+            self.step(step_seconds, record_steps)
 
     def fail(self, todo, message):
-        raise SchedulerCheckError(f"模拟第 {self.num_steps + 1} 步：{message}。回到 {todo} 检查（先让第四部分的可见检查通过）")
+        raise SchedulerCheckError(f"模拟第 {self.num_steps + 1} 步：{message}。回到 {blame(todo)}")  # 可见检查不通过的 TODO 比 todo 这个猜测更准
 
     def admit_arrivals(self):
         """把时钟之前到达的请求交给调度器。"""
@@ -325,7 +338,7 @@ class _ServingRun:
             if rid not in self.admitted:
                 self.check_admitted(rid, request, start)
             elif start != before[rid]:
-                self.fail("TODO 17", f"{rid} 的 num_computed_tokens 从 {before[rid]} 变成 {request.num_computed_tokens}，只应增加 {n}")
+                self.fail("TODO 17 或 TODO 19（num_computed_tokens 只由给定的 schedule() 前进）", f"{rid} 的 num_computed_tokens 从 {before[rid]} 变成 {request.num_computed_tokens}，只应增加 {n}")
             if request.num_computed_tokens > request.num_tokens:
                 self.fail("TODO 16", f"{rid} 只欠 {request.num_tokens - start} 个 token，却分到 {n} 个")
             if start >= request.num_prompt_tokens:
@@ -356,7 +369,7 @@ class _ServingRun:
             self.fail("TODO 18", f"预算还剩、running 只有 {len(self.running)} 个（max_num_seqs={self.max_num_seqs}），等待中的 {waiting} 却没被接纳")
 
     def update(self, out, scheduled, before):
-        """交回这一步的采样结果：追上的请求各得 1 个 token，到 max_tokens 的结束，算完 prompt 的登记满块。"""
+        """交回这一步的采样结果：追上的请求各得 1 个 token，到 max_tokens 的结束，这一步算完的满块登记进缓存。"""
         requests, cache = self.requests, self.cache
         caught_up = {rid for rid in scheduled if requests[rid].num_computed_tokens == requests[rid].num_tokens}
         outputs_before = {rid: len(requests[rid].output_token_ids) for rid in scheduled}
@@ -378,8 +391,9 @@ class _ServingRun:
                     self.finished.add(rid)
                     self.active.remove(rid)
                     self.running.remove(rid)
-            if cache is not None and request.num_computed_tokens >= request.num_prompt_tokens and before[rid] < request.num_prompt_tokens:
-                cache.insert(request.prompt_token_ids)  # prompt 刚算完：登记它的满块
+            if cache is not None and before[rid] < request.num_prompt_tokens:
+                done = request.prompt_token_ids[: request.num_computed_tokens]  # 这一步之后已算完的满块登记进缓存，一块一块来
+                self.registered[rid] = cache.insert(done, self.registered.get(rid, (0, None)))
         for rid in self.finished & set(scheduled):
             if rid in getattr(self.scheduler, "requests", {}):
                 self.fail("TODO 19", f"{rid} 已生成 max_tokens 个 token，却还留在调度器里")
@@ -527,11 +541,11 @@ if plt is not None:
 #
 # 左边与 token 数几乎无关（decode 一个还是六十四个，权重都只读一遍），右边与 token 数成正比。两边相等处是**拐点**：不计注意力和 KV 时 `N_tok* = B_w·F / (BW·2N)`；bf16/fp16 每个参数 2 字节、2 次运算，两者抵消，`N_tok* ≈ F / BW`——A100 约 160 个 token，T4 约 200 个。一步少于这么多 token 时是**带宽受限**的（多加 token 几乎不要钱：这正是 decode 可以“搭便车”塞进 prefill 块的原因），多于它时是**算力受限**的（时间随 token 数线性增长：这正是长 prefill 造成 generation stall 的原因）。
 #
-# 上面的表用了两组规格表数字：**T4**（Colab 的免费 GPU；65 TFLOPS fp16 Tensor Core、320 GB/s；它只有 16 GB，放不下 16 GB 的 8B 模型，所以配 Qwen2.5-1.5B）与 **A100 SXM 80 GB**（论文里的卡；312 TFLOPS bf16 稠密、2,039 GB/s；40 GB 版 1,555 GB/s）配 Llama-3-8B（80.3 亿参数，bf16 权重 16 GB；32 层、宽 4096、8 个 KV 头 × 128，每个 token 的 KV 128 KiB）。`W_causal = Σ n·(P + (n+1)/2)`：GPU 上的 FlashAttention 跳过被掩掉的一半，所以这里不用小模型的 `n·(P+n)`。
+# 上面的表用了两组规格表数字：**T4**（Colab 的免费 GPU；65 TFLOPS fp16 Tensor Core、320 GB/s；它只有 16 GB，放不下 16 GB 的 8B 模型，所以配 Qwen2.5-1.5B）与 **A100 SXM 80 GB**（312 TFLOPS bf16 稠密、2,039 GB/s；40 GB 版 1,555 GB/s。Sarathi-Serve 的实验用的是另一种 A100：artifact 的说明写的是 A100 80GB PCIe，两两 NVLink，Azure NC96ads v4 虚拟机，同样 312 TFLOPS、带宽 1,935 GB/s；Llama-2-70B 的实验在 8 张 A40 上）配 Llama-3-8B（80.3 亿参数，bf16 权重 16 GB；32 层、宽 4096、8 个 KV 头 × 128，每个 token 的 KV 128 KiB）。`W_causal = Σ n·(P + (n+1)/2)`：GPU 上的 FlashAttention 跳过被掩掉的一半，所以这里不用小模型的 `n·(P+n)`。
 #
-# **roofline 忽略了什么。** 它假设 kernel 一过拐点就跑满规格表上的峰值、带宽也用满（真实的 kernel 达不到规格表的峰值，一步的 token 少时离得更远）；没有 kernel 启动、调度、采样、CPU 与 GPU 之间的同步这些**每步固定开销**；没有通信（张量并行）、没有显存容量（KV 放不放得下、会不会抢占）、没有量化和投机解码。所以它给出的是“这块卡不可能比这更快”的下界，不是预测。
+# **roofline 忽略了什么。** 它假设 kernel 一过拐点就跑满规格表上的峰值、带宽也用满（真实的 kernel 达不到规格表的峰值，一步的 token 少时离得更远）；没有 kernel 启动、调度、采样、CPU 与 GPU 之间的同步这些**每步固定开销**；没有通信（张量并行）、没有显存容量（KV 放不放得下、会不会抢占）、没有量化和投机解码。所以它给出的是“这块卡不可能比这更快”的下界，不是预测。严格说它比真正的下界略高一点：它把 `lm_head` 算给每个 token（真实引擎每个请求每步只算一行 logits），又把整张输入词嵌入表算进每步要读的权重（其实只读用到的那几行）。Llama-3-8B 的词表 128,256 × 宽 4,096 ≈ 5.3 亿参数：运算一项多算了约 7%（5.3 / 75.0 亿），读权重一项多算了约 6.5%（5.3 / 80.3 亿）；Qwen2.5-1.5B 的 `lm_head` 与词嵌入共用一张表（2.3 亿参数），读权重不多算，运算一项多算约 15%。这几个百分点不改变下面的任何结论。
 #
-# 每步固定开销对这一节很要紧：没有它，把一个 prompt 切成 512 的块与一次算完**一样快**（上表 `t0 = 0` 两行都是 1.00×）。Sarathi-Serve 论文实测的分块开销是：块 512 时 1.12–1.19×，块 2048 时约 1.0×（2k–8k token 的 prompt）。我们给 roofline 加一个假设的每步固定开销 `t0 = 5 ms`，它正好把这个比例复现到 1.14–1.16× 与 1.00–1.03×（上表后两行）。**`t0` 是为了对上论文的数字而选的，不是测出来的**；下面的模拟两种都跑：`t0 = 5 ms` 作为主结果，`t0 = 0`（纯 roofline）作为对照。你的 CPU 上量出的 `a`（上面第一张表下面印出了它相当于多少个 token 的线性层时间）是同一类东西在小模型上的样子。
+# 每步固定开销对这一节很要紧：没有它，把一个 prompt 切成 512 的块与一次算完**一样快**（上表 `t0 = 0` 两行都是 1.00×）。Sarathi-Serve 的 artifact 量过分块的开销（`osdi-experiments/figure-9/chunking-overhead.csv`）：那是 Yi-34B、两张 A100 80GB PCIe 张量并行，不是一张卡上的 8B 模型；2k、4k、8k token 的 prompt 分成 512 的块要 1.12–1.19 倍的时间，1024 的块 1.11–1.20 倍，2048 的块 0.94–1.02 倍；16k 的 prompt 分块反而更快（块 2048 时 0.81 倍）。我们给 roofline 加一个每步固定开销 `t0`，取 `t0 = 5 ms` 时上表后两行是 1.14–1.16× 与 1.00–1.03×，落在那张表块 512 与块 2048 两列的范围里。**`t0` 是一个自由参数，照着那张表的两列挑出来的，不是测出来的，也不说明我们的模型复现了那张表**（它给不出 16k 时分块更快）；下面的模拟两种都跑：`t0 = 5 ms` 作为主结果，`t0 = 0`（纯 roofline）作为对照。你的 CPU 上量出的 `a`（上面第一张表下面印出了它相当于多少个 token 的线性层时间）是同一类东西在小模型上的样子。
 
 # %% [markdown]
 # ##### 负载与模拟
@@ -581,7 +595,7 @@ def _sweep():
 sweep_started = time.perf_counter()
 sweep = serving_result_or_none(_sweep)
 if sweep is None:
-    print("请先完成 TODO 15–19（4.3、4.4 节），再运行本测量。")
+    print("请先完成 TODO 15–19（4.3、4.4 节），再运行这一格模拟。")
 else:
     sweep_rows, sweep_runs, sweep_pure_rows = sweep
     print(f"模拟 {len(sweep_rows) + len(sweep_pure_rows)} 次，用时 {time.perf_counter() - sweep_started:.1f} s；A100 · Llama-3-8B，roofline + 每步 5 ms：")
@@ -643,16 +657,16 @@ else:
         plt.show()
 
 # %% [markdown]
-# **怎么读这张表和这两张图。** 这里的数字都是**模拟**：步时来自上面的模型，不是在 GPU 上量的；同一个种子每次得到同样的数。TBT 的 p50/p99 来自约 2.5 万个 token 间隔，稳定；TTFT 只有 180 个请求：p99 由最慢的两个请求决定，p50 也随负载里长文档的多少而变。仓库里的 `bench/bench_scheduler.py` 用 5 个种子（34–38）跑同一组配置，给出每个数的范围，并逐条核对下面的结论；下面引用的数是种子 34 的（就是这张表），方括号里是 5 个种子的最小–最大，结论只用 5 个种子下都成立的比较。
+# **怎么读这张表和这两张图。** 这里的数字都是**模拟**：步时来自上面的模型，不是在 GPU 上量的；同一个种子每次得到同样的数。TBT 的 p50/p99 来自约 2.5 万个 token 间隔，稳定；TTFT 只有 180 个请求：p99 由最慢的两个请求决定，p50 也随负载里长文档的多少而变。下面引用的数是种子 34 的（就是这张表）。方括号里的范围不在这本 notebook 里算：仓库里的 `python bench/bench_scheduler.py`（约 40 秒）用 5 个种子（34–38）跑同一组配置，给出每个数的最小–最大，并逐条核对下面的结论（2026-12-02 的一次运行）；结论只用 5 个种子下都成立的比较。
 #
 # - **TBT p99 随预算上涨，几乎成正比。** 256 → 19 ms，512 → 34 ms，1024 → 62 ms，2048 → 114 ms，4096 → 216 ms，8192 → 279 ms [245, 334]；8192 以外，5 个种子之间相差不到 2 ms。decode 优先时，一个 decode 的 TBT 就是它所在那一步的时长；一步被 prefill 块填满时，时长 ≈ `t0 + 预算 × 每 token 的运算时间`（A100 上的 8B 模型约 48 µs/token），p99 就落在这样的步上。第一张图左边就是这种情形：一个长 prompt 被切成 512 的块，每一步 34 ms，正在生成的请求每一步都拿到一个 token。
-# - **TTFT p50 的方向相反，过了某个预算就不再变。** 256 → 255 ms [69, 356]，512 → 114 ms [32, 237]，1024 → 73 ms，2048 → 55 ms [30, 144]，4096 和 8192 在 48–52 ms。5 个种子都是：256 的 TTFT p50 是 2048 的 1.5 倍以上，4096、8192 与 2048 相差不到 30%；绝对数随种子变化很大，因为长文档多几个少几个，排队就差很多。预算小时，prefill 每步只分到“预算减去 decode 数”个 token，却每一步都要付一次 `t0` 和一次权重读取；预算到两三千以后，一个短请求没命中的那几十到两百多个 token 一步就能算完，TTFT 剩下的主要是排队。纯 roofline（`t0 = 0`）下 TBT 的取舍一样（14 → 264 ms），TTFT 却只从 48 ms 变到 26–28 ms：**TTFT 随预算改善多少，取决于每步的固定开销**，TBT 随预算变差则不取决于它。
+# - **TTFT p50 的方向相反，过了某个预算就不再变。** 256 → 255 ms [69, 363]，512 → 114 ms [32, 234]，1024 → 73 ms，2048 → 55 ms [30, 144]，4096 和 8192 在 48–52 ms。5 个种子都是：256 的 TTFT p50 是 2048 的 1.5 倍以上，4096、8192 与 2048 相差不到 30%；绝对数随种子变化很大，因为长文档多几个少几个，排队就差很多。预算小时，prefill 每步只分到“预算减去 decode 数”个 token，却每一步都要付一次 `t0` 和一次权重读取；预算到两三千以后，一个短请求没命中的那几十到两百多个 token 一步就能算完，TTFT 剩下的主要是排队。纯 roofline（`t0 = 0`）下 TBT 的取舍一样（14 → 264 ms），TTFT 却只从 48 ms 变到 26–28 ms：**TTFT 随预算改善多少，取决于每步的固定开销**，TBT 随预算变差则不取决于它。
 # - **这正是 vLLM 调优指南（`docs/configuration/optimization.md`）的说法**：`max_num_batched_tokens` 小（比如 2048），inter-token latency 好，因为拖慢 decode 的 prefill 少；大，TTFT 好，因为一步能做更多 prefill；要吞吐，大于 8192。Sarathi-Serve 的实验对严格的 TBT 目标用 512、对宽松的用 2048；在这个模型里两者的 TBT p99 是 34 ms 和 114 ms，TTFT p50 是 114 ms 和 55 ms——一个目标对应一个预算，预算就是“一步最多允许多慢”。
 # - **不分块就是 generation stall。** 不分块（预算 6007）和 8192 的 TBT p99 都在 279 ms，最长的一次间隔 322–424 ms：一个长 prompt 整个塞进一步，这一步就要三百多毫秒，所有正在生成的请求都得等它（第一张图右边，下面一行的空白）。我们的长文档最长不到 6000 token，所以 8192 的预算其实也不切它们。
-# - **prefill 优先（SGLang 默认）在同样的预算下 TBT p99 高得多**：512 时 551 ms、2048 时 352 ms，是 decode 优先的 16 倍和 3 倍（5 个种子里至少 3 倍和 2 倍）；最长的一次间隔 1.4 s 和 1.2 s。每来一个新请求，正在生成的请求就要停下来等一个 prefill 步；每秒来 10 个请求时，这些 prefill 步常常一个接一个。它的 TTFT p50 在这个模型里也没有更好：种子 34 是 147 对 114 ms、61 对 55 ms；5 个种子 × 两个预算共 10 组里，5 组比 decode 优先低（最多低 11%），5 组高（最多高 54%）。在这个模型里，只有 prefill 的步没法让 decode 搭便车，decode 只好单独成步，各自再读一遍权重。
+# - **prefill 优先（SGLang 默认）在同样的预算下 TBT p99 高得多**：512 时 551 ms、2048 时 352 ms，是 decode 优先的 16 倍和 3 倍（5 个种子里至少 3 倍和 2 倍）；最长的一次间隔 1.4 s 和 1.2 s。每来一个新请求，正在生成的请求就要停下来等一个 prefill 步；每秒来 10 个请求时，这些 prefill 步常常一个接一个。它的 TTFT p50 在这个模型里也没有更好：种子 34 是 147 对 114 ms、61 对 55 ms；5 个种子 × 两个预算共 10 组里，5 组比 decode 优先低（最多低 11%），5 组高（最多高 53%）。在这个模型里，只有 prefill 的步没法让 decode 搭便车，decode 只好单独成步，各自再读一遍权重。
 # - **前缀缓存**的影响在下一格单独看：同一负载在预算 2048 下关掉缓存（等价于下一张表的“各不相同”），TTFT p50 从 55 ms 涨到 659 ms（5 个种子里至少 5 倍）。
 # - **第二张图**把 TBT p99（纵轴，对数）和 TTFT p50（横轴）放在一起：蓝线从右下（256：TBT 好、TTFT 差）走到左上（8192），在 1024–2048 附近拐弯；红点（prefill 优先）在蓝线上方，也就是同样的 TTFT 下 TBT 更差；黑叉（不分块）与 8192 的点重合。
-# - **离线 benchmark**（180 个请求同时到达，只看全部跑完要多久）：预算 128 用了 23.6 s，512 用了 15.2 s，8192 用了 16.8 s（5 个种子都是 128 最慢、比 512 慢 30% 以上，512 比 8192 先跑完）。预算低于“拐点 + 正在 decode 的请求数”（这里约 160 + 64）时，每一步都是带宽受限的小步，权重读得比算得多，吞吐掉三分之一。512 反而比 8192 快约 10%，是 roofline 的理想化造成的：它假设同一步里读权重和做运算完全重叠，decode 塞进 prefill 块里真的不要钱（Sarathi 说的 piggybacking）；真实 kernel 在几百个 token 时达不到峰值，这个优势会缩小甚至反过来。
+# - **离线 benchmark**（180 个请求同时到达，只看全部跑完要多久）：预算 128 用了 23.5 s，512 用了 15.1 s，8192 用了 16.8 s（5 个种子都是 128 最慢、比 512 慢 30% 以上，512 比 8192 先跑完）。预算低于“拐点 + 正在 decode 的请求数”（这里约 160 + 64）时，每一步都是带宽受限的小步，权重读得比算得多，吞吐掉三分之一。512 反而比 8192 快约 10%，是 roofline 的理想化造成的：它假设同一步里读权重和做运算完全重叠，decode 塞进 prefill 块里真的不要钱（Sarathi 说的 piggybacking）；真实 kernel 在几百个 token 时达不到峰值，这个优势会缩小甚至反过来。
 
 # %% [markdown]
 # ##### 前缀缓存：命中多少，TTFT 降多少
@@ -678,7 +692,7 @@ def _cache_sweep():
 
 cache_rows = serving_result_or_none(_cache_sweep)
 if cache_rows is None:
-    print("请先完成 TODO 15–19（4.3、4.4 节），再运行本测量。")
+    print("请先完成 TODO 15–19（4.3、4.4 节），再运行这一格模拟。")
 else:
     print(format_table(cache_rows, SERVING_COLUMNS))
     try:
@@ -716,6 +730,166 @@ else:
 #
 # ##### 证据边界：这一节证明了什么，没证明什么
 #
-# - **实测了：** 你的 CPU 上这个小模型一步的耗时（中位数和最小–最大），以及 `a + b·N_tok + c·W` 拟合得多好（残差一栏）。它说明“固定开销 + 每 token + 注意力”这个形状是对的，不说明 GPU 上的数字。
+# - **实测了：** 你的 CPU 上这个小模型一步的耗时（中位数和最小–最大），以及 `a + b·N_tok + c·W` 拟合得多好（残差一栏，表下印出了残差的中位数和最大值）。在这台 CPU、这个小模型、上下文不超过 1,536 个 token 的范围里，“固定开销 + 每 token + 注意力”能描述大多数点；残差到几十个百分点的点说明三项不够用（例如小模型在长上下文上的内存开销），更长的上下文这里没有量。它不说明 GPU 上的数字。
 # - **模拟出来的（不是测量）：** 在一个规格表 roofline（加一个为对上 Sarathi 的分块开销而假设的每步 5 ms）下，你的调度器排出的 TTFT、TBT 怎样随预算、前缀缓存和调度策略变化。模拟能回答调度层面的问题：谁先谁后、哪一步有多少 token、生成停顿从哪里来、前缀缓存省下多少 prefill、一个预算对应多大的 TBT；它还逐步核对了你的调度器的每一条不变量。
 # - **只有真 GPU 能回答的：** 绝对的毫秒数；矩阵乘和注意力 kernel 在不同 token 数下离峰值有多远（roofline 假设一过拐点就满速）；同一步里读权重与运算能重叠多少；真实的每步开销（调度、准备输入、采样、CUDA graph 能省多少）；KV 放不放得下、什么时候抢占；张量并行的通信。Sarathi-Serve 的 2.6×（Mistral-7B，一张 A100）和最高 3.7×（Yi-34B，两张 A100）是在 P99 TBT 目标下比较“服务容量”（满足目标的最大请求率）得来的真机数字；我们没有量容量，也不能用这个模拟去复现它们。
+
+# %% [markdown]
+# #### 4.7　这一章之外：引擎还做了什么
+#
+# 前面的调度器和前缀缓存都只在一个引擎里。真实部署还多做了几件事，下面每一条都出自引擎自己的源码或文档（版本会变，读之前先看你用的版本）。
+#
+# - **块一块一块地变得可共享。** 第二、三部分是“整个前缀算完再登记”。vLLM 在调度一个请求的这一步时，`kv_cache_manager.allocate_slots` 就调用 `cache_blocks`，把这一步会填满的满块登记进缓存，设计文档 `docs/design/prefix_caching.md` 说这样“同一批里的其他请求也能复用这个块”；SGLang 每算完一块，就用 `cache_unfinished_req` 把已算好的前缀插进基数树，下一块接着复用。4.6 节的模拟每步结束时登记这一步算完的满块，和 SGLang 的时刻一样。
+# - **同一批里共享的前缀只算一次。** 一阵同时到达、共用一段还没缓存的前缀的请求，如果一起接纳，这段前缀会被算好几遍。SGLang 的 `schedule_policy.py` 在按缓存排序的策略下（`--schedule-policy lpm` 等；较新版本的默认策略是 `fcfs`，不做这一步）检查等待队列：一个请求在缓存里命中的前缀不超过 `IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`（默认 32 个 token）时，再拿它去和队列里排在它前面的请求比；共享的部分达到 `IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD`（默认 32）时，这一轮把它挪到队尾，等前面那个请求把前缀算完、登记进树，它再来命中。等待队列超过 128 个请求时，这种按前缀排序整个关掉，改回先来先服务（排序本身太贵）。
+# - **前缀跨副本复用：路由。** 一个模型常常跑在好几个副本（replica）上，每个副本有自己的 KV 缓存。前面的请求在哪个副本算过，后面的请求就该去哪个副本，否则缓存再大也命中不了——生产环境的命中率很大程度上是在路由这一层决定的。SGLang 的 router 默认策略 `cache_aware`（`sgl-router/src/policies/cache_aware.rs`）：路由器给每个副本记一棵近似的前缀树（按请求的文本字符记，不问副本的真实缓存）；负载不均衡时（在途请求最多与最少的副本相差超过 `balance_abs_threshold` **并且**最多的超过最少的 `balance_rel_threshold` 倍）发给在途请求最少的副本；否则找前缀匹配最长的副本，匹配的比例超过 `cache_threshold` 就发给它，不超过就发给前缀树最小的副本。默认值在 `policies/mod.rs`：`cache_threshold = 0.5`、`balance_abs_threshold = 32`、`balance_rel_threshold = 1.1`，前缀树每 30 秒按 LRU 修剪到 `max_tree_size`。vLLM 的 production-stack 路由器有 `prefixaware`（按最长前缀，源码注释说它假设缓存不淘汰）和 `kvaware`（问 LMCache 的控制器哪个实例存着这段 KV）两种；llm-d 的调度器（EPP）对每个候选副本先过滤、再用前缀缓存命中、队列长度等打分，挑分数最高的。
+# - **缓存不止放在显存里：卸载。** 显存放不下的 KV 可以放到主机内存、本地盘或远端存储，再被别的请求（甚至别的实例）取回来，比重算便宜时就划算。vLLM 通过 KV connector 接入 LMCache（`LMCacheConnectorV1`，用 `--kv-transfer-config` 打开）；SGLang 的 HiCache（`--enable-hierarchical-cache`）把基数树延伸到主机内存，还可以接外部存储。
+#
+# 下面用 4.6 节的模拟器把路由这一条变得具体：4 个副本，每个都是**你的** `Scheduler` 加一份自己的 `HashPrefixCache`，前面放一个路由器。负载是多轮对话：每段对话以两段共享 system prompt 之一开头，第 `k` 轮的 prompt 是第 `k − 1` 轮的 prompt 再加上新的 token（上一轮的回答和这一轮的问题），所以同一段对话的下一轮只有回到同一个副本才能命中它自己的历史。两种路由：
+#
+# - **round robin**：第 `i` 个请求发给第 `i mod 4` 个副本。
+# - **cache_aware**：上面 SGLang router 的规则和默认阈值，只有一处不同：近似前缀树按 16 个 token 的块记（用 `HashPrefixCache`），不按字符记。负载 = 发给这个副本、还没结束的请求数。
+#
+# 步时仍是 A100 · Llama-3-8B 的 roofline 加每步 5 ms，预算 2048，前缀缓存不限容量（所以 round robin 的副本迟早也会缓存两段 system prompt，差别只在对话自己的历史）。这一格不到一秒。
+
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "sched_routing_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 4.7 节的工具：多轮对话负载、两种路由器、多副本模拟。用 4.6 节的 _ServingRun 和 HashPrefixCache。
+
+
+def conversation_workload(seed=34, num_conversations=60, turns=4, rate=3.0, num_system_prompts=2, system_len=1024,
+                          turn_len=(64, 256), think_time=(2.0, 6.0), output_len=(32, 128), vocab_size=32000):
+    """多轮对话负载：[(到达时刻 秒, prompt, max_tokens)]，按到达时刻排列。
+
+    对话按泊松过程开始（每秒 rate 段），各以一段共享 system prompt 开头；第 k 轮的 prompt = 第 k-1 轮的 prompt
+    + turn_len 个新 token（上一轮的回答和这一轮的问题），相邻两轮隔 think_time 秒。
+    """
+    rng = random.Random(seed)
+    systems = [[rng.randrange(1, vocab_size) for _ in range(system_len)] for _ in range(num_system_prompts)]
+    start, requests = 0.0, []
+    for _ in range(num_conversations):
+        start += rng.expovariate(rate)
+        prompt, when = list(rng.choice(systems)), start
+        for _ in range(turns):
+            prompt = prompt + [rng.randrange(1, vocab_size) for _ in range(rng.randint(*turn_len))]
+            requests.append((when, prompt, rng.randint(*output_len)))
+            when += rng.uniform(*think_time)
+    return sorted(requests, key=lambda request: request[0])
+
+
+class RoundRobinRouter:
+    """第 i 个请求发给第 i mod num_replicas 个副本。"""
+
+    def __init__(self, num_replicas):
+        self.num_replicas, self.next = num_replicas, 0
+        self.decisions = {"round robin": 0}
+
+    def choose(self, prompt, loads):
+        replica, self.next = self.next, (self.next + 1) % self.num_replicas
+        self.decisions["round robin"] += 1
+        return replica
+
+
+class CacheAwareRouter:
+    """SGLang router 的 cache_aware 规则（sgl-router/src/policies/cache_aware.rs），阈值取 policies/mod.rs 的默认值。
+
+    负载不均衡（max - min > balance_abs_threshold 且 max > min·balance_rel_threshold）时发给在途请求最少的副本；
+    否则前缀匹配的比例 > cache_threshold 时发给匹配最长的副本，不然发给近似前缀树最小的副本。选中之后把 prompt
+    记进那个副本的树。与原版的不同：树按 block_size 个 token 的块记（HashPrefixCache），原版按字符记。
+    """
+
+    def __init__(self, num_replicas, cache_threshold=0.5, balance_abs_threshold=32, balance_rel_threshold=1.1, block_size=16):
+        self.cache_threshold, self.balance_abs_threshold = cache_threshold, balance_abs_threshold
+        self.balance_rel_threshold = balance_rel_threshold
+        self.trees = [HashPrefixCache(block_size) for _ in range(num_replicas)]
+        self.tree_sizes = [0] * num_replicas  # 每棵树记了多少个 token
+        self.decisions = {"负载均衡": 0, "前缀匹配": 0, "最小的树": 0}
+
+    def choose(self, prompt, loads):
+        matched = [tree.match_prefix(prompt) for tree in self.trees]
+        if max(loads) - min(loads) > self.balance_abs_threshold and max(loads) > min(loads) * self.balance_rel_threshold:
+            replica, rule = loads.index(min(loads)), "负载均衡"
+        elif max(matched) / len(prompt) > self.cache_threshold:
+            replica, rule = matched.index(max(matched)), "前缀匹配"
+        else:
+            replica, rule = self.tree_sizes.index(min(self.tree_sizes)), "最小的树"
+        self.decisions[rule] += 1
+        self.tree_sizes[replica] += len(prompt) - matched[replica]
+        self.trees[replica].insert(prompt)
+        return replica
+
+
+def simulate_replicas(workload, step_seconds, router, num_replicas, max_num_batched_tokens=2048, max_num_seqs=64, block_size=16):
+    """几个副本（各是你的 Scheduler + 一份 HashPrefixCache）前面放一个路由器：按到达时刻逐个请求路由。
+
+    路由一个请求之前，每个副本先模拟到它的到达时刻，loads = 各副本已收到、还没结束的请求数。
+    返回 (合并的结果（键同 simulate_serving）, 每个副本收到的请求数)。
+    """
+    runs = []
+    for _ in range(num_replicas):
+        cache = HashPrefixCache(block_size)
+        scheduler = Scheduler(max_num_batched_tokens, max_num_seqs, block_size=block_size, prefix_cache=cache)
+        runs.append(_ServingRun([], scheduler, max_num_batched_tokens, max_num_seqs, block_size, cache, True))
+    for index, (when, prompt, max_tokens) in enumerate(workload):
+        for run in runs:
+            run.run_until(when, step_seconds)
+        replica = router.choose(prompt, [len(run.order) - len(run.finished) for run in runs])
+        runs[replica].add(f"r{index}", when, prompt, max_tokens)
+    for run in runs:
+        run.run_until(float("inf"), step_seconds)
+    results = [run.result(False) for run in runs if run.order]
+    merged = {key: sum((r[key] for r in results), []) for key in ("ttft", "tbt", "prefill_busy", "uncached")}
+    merged.update({key: sum(r[key] for r in results) for key in ("hit_tokens", "prompt_tokens", "prefill_tokens", "num_steps")})
+    merged["makespan"] = max(r["makespan"] for r in results)
+    return merged, [len(run.order) for run in runs]
+
+# %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_routing", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 模拟：4 个副本，round robin 对 cache_aware（SGLang router 的默认阈值），多轮对话，预算 2048
+routing_workload = conversation_workload(seed=34)
+routing_step = roofline_step_model("A100", "Llama-3-8B", step_overhead=0.005)
+print(f"负载：{len(routing_workload)} 个请求（60 段对话 × 4 轮），{routing_workload[-1][0]:.1f} s 内到达；"
+      f"prompt {min(len(p) for _, p, _ in routing_workload)}–{max(len(p) for _, p, _ in routing_workload)} token")
+
+
+def _routing_sweep():
+    rows = []
+    for name, router in (("round robin", RoundRobinRouter(4)), ("cache_aware", CacheAwareRouter(4))):
+        result, per_replica = simulate_replicas(routing_workload, routing_step, router, 4)
+        row = summarize_run(name, result)
+        row["per_replica"] = " / ".join(str(n) for n in per_replica)
+        row["decisions"] = "，".join(f"{rule} {count}" for rule, count in router.decisions.items() if count)
+        rows.append(row)
+    return rows
+
+
+routing_rows = serving_result_or_none(_routing_sweep)
+if routing_rows is None:
+    print("请先完成 TODO 15–19（4.3、4.4 节），再运行这一格模拟。")
+else:
+    print(format_table(routing_rows, SERVING_COLUMNS[:8] + [("per_replica", "各副本的请求数", "{}"), ("decisions", "路由依据", "{}")]))
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
+    if plt is not None:
+        fig, (ax_hit, ax_ttft) = plt.subplots(1, 2, figsize=(9, 3.4))
+        names = [r["label"] for r in routing_rows]
+        ax_hit.bar(names, [r["hit_share"] for r in routing_rows], color=["tab:gray", "tab:blue"])
+        ax_hit.set_ylim(0, 1)
+        ax_hit.set_ylabel("share of prompt tokens that hit")
+        ax_hit.set_title("prefix cache hits, 4 replicas")
+        for position, key, label in ((-0.2, "ttft_p50", "TTFT p50"), (0.2, "ttft_p99", "TTFT p99")):
+            ax_ttft.bar([i + position for i in range(len(names))], [r[key] for r in routing_rows], width=0.4, label=label)
+        ax_ttft.set_xticks(range(len(names)))
+        ax_ttft.set_xticklabels(names)
+        ax_ttft.set_ylabel("TTFT (ms)")
+        ax_ttft.set_title("time to first token (simulated A100, budget 2048)")
+        ax_ttft.legend(fontsize=8)
+        fig.suptitle("routing across replicas: round robin vs SGLang's cache_aware rule (multi-turn chat)")
+        fig.tight_layout()
+        plt.show()
+
+# %% [markdown]
+# **怎么读。** 仍然是**模拟**。种子 34：round robin 下命中的 prompt token 约 76%（两段 system prompt 每个副本都会缓存，对话自己的历史只有碰巧回到同一个副本时才命中），真正算了的 prompt token 约 8.3 万；cache_aware 命中约 88%，真正算的只有约 4.1 万，TTFT p50 从约 26 ms 降到 21 ms，p99 从约 66 ms 降到 35 ms。把 `conversation_workload(seed=34)` 换成别的种子可以自己核对：我们试过 35–37，比较的方向都一样。
+#
+# 再看“各副本的请求数”一栏：cache_aware 把全部请求只发给了 2 个副本，另外 2 个一个请求也没收到。原因就在规则里：每段对话第一轮的 prompt 大部分是 system prompt，匹配比例超过 0.5，于是同一段 system prompt 的对话全都跟着第一个收到它的副本走；只有在途请求数相差超过 32（`balance_abs_threshold`）时才会改发给空闲的副本，这里的负载远远到不了。负载轻时这没什么坏处（上表里它的 TTFT 还更低）；负载重时，两个副本排长队、另两个闲着，TTFT 就会变差，直到负载均衡那一条被触发。阈值怎么设，是“命中率”和“负载均衡”之间的取舍，要用自己的流量去量。
+#
+# 这个模拟不管的：每个副本的 KV 容量（缓存不限容量、不淘汰；真实的副本里，挤在一个副本上的对话会互相淘汰对方的块）、路由器的近似树与副本真实缓存的偏差（原版按字符记、定期修剪）、请求在网络上的时间，以及 4.6 节证据边界里说的全部 GPU 细节。

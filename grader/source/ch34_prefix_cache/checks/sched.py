@@ -232,6 +232,34 @@ def _types_ok(scheduled):
     return all(type(k) is str and type(v) is int and v > 0 for k, v in scheduled.items())
 
 
+def _in_state(ns, request_id, prompt, num_computed_tokens, outputs=(), max_tokens=5):
+    """A Request as a step leaves it: `num_computed_tokens` computed, `outputs` generated."""
+    request = ns["Request"](request_id, list(prompt), max_tokens)
+    request.num_computed_tokens = num_computed_tokens
+    request.output_token_ids = list(outputs)
+    return request
+
+
+def _placed(cls, settings, running=(), waiting=()):
+    """A scheduler of `cls` whose running, waiting and requests are set directly (no schedule())."""
+    sched = cls(**settings)
+    sched.running, sched.waiting = list(running), deque(waiting)
+    sched.requests = {r.request_id: r for r in [*running, *waiting]}
+    return sched
+
+
+def _snapshot(sched):
+    """What a TODO method may not change behind schedule()'s back: (running ids, waiting ids,
+    requests ids, [(id, num_computed_tokens, outputs)] of every request)."""
+    everyone = {id(r): r for r in [*sched.running, *sched.waiting, *sched.requests.values()]}
+    return (
+        [r.request_id for r in sched.running],
+        [r.request_id for r in sched.waiting],
+        list(sched.requests),
+        sorted((r.request_id, r.num_computed_tokens, list(r.output_token_ids)) for r in everyone.values()),
+    )
+
+
 # ---- TODO 15: the hit rule ----
 
 
@@ -338,7 +366,7 @@ def check_todo16_threshold(ns):
 # ---- TODO 17: the running requests ----
 
 
-@check(points=3, title="先 decode", says="先排 running：decode 各扣 1 个预算，做了一半的 prefill 接着做，按接纳顺序")
+@check(points=2, title="先 decode", says="先排 running：decode 各扣 1 个预算，做了一半的 prefill 接着做，按接纳顺序")
 def check_todo17_decodes_first(ns):
     """Running requests are served before new ones, in admission order, a decode charged one token."""
     with _Isolated(ns, 17) as cls:
@@ -365,7 +393,7 @@ def check_todo17_decodes_first(ns):
         )
 
 
-@check(points=2, title="预算", says="总数不超过预算，每个数都是正整数，预算用完就停")
+@check(points=1, title="预算", says="总数不超过预算，每个数都是正整数，预算用完就停")
 def check_todo17_budget(ns):
     """The running requests never take more than the budget, stop at zero, and skip those owed nothing."""
     with _Isolated(ns, 17) as cls:
@@ -388,10 +416,72 @@ def check_todo17_budget(ns):
         )
 
 
-@check(points=2, title="随机轨迹", says="逐步与参考实现比较")
+@check(points=1, title="随机轨迹", says="逐步与参考实现比较")
 def check_todo17_random(ns):
     """Seeded random traces, step by step against the oracle."""
     _compare_with_oracle(ns, 17, seed=3470)
+
+
+
+def _running_called(ns, cls, running, token_budget, max_num_batched_tokens=100):
+    """_schedule_running(out, token_budget) on `running` placed by hand: ([(id, n)] in the order
+    recorded, what it returned); asserts it changed no request and no queue."""
+    sched = _placed(cls, {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": 8}, running=running)
+    before = _snapshot(sched)
+    out = ns["SchedulerOutput"]()
+    left = sched._schedule_running(out, token_budget)
+    assert _snapshot(sched) == before, (
+        f"TODO 17: _schedule_running 只在 out 里记账、返回剩下的预算，不改请求和队列"
+        f"（num_computed_tokens 由给定的 schedule() 统一前进）：调用前 {before}，调用后 {_snapshot(sched)}"
+    )
+    return list(out.num_scheduled_tokens.items()), left
+
+
+@check(points=2, title="单独调用：顺序", says="按 running 的顺序记账，欠 0 个的跳过（continue）且不记 0，不把 decode 挪到前面")
+def check_todo17_in_order(ns):
+    """_schedule_running on hand-built states: admission order kept (a partial prefill admitted
+    before the decodes is served first), a request owed nothing skipped without ending the loop
+    and without a 0 entry, and the insertion order of num_scheduled_tokens."""
+    with _Isolated(ns, 17) as cls:
+        def state(names):
+            made = {
+                "d1": _in_state(ns, "d1", [1, 2, 3], 3, outputs=[9]),  # decode: owes 1
+                "d2": _in_state(ns, "d2", [4, 5], 2, outputs=[9]),  # decode: owes 1
+                "p": _in_state(ns, "p", list(range(40)), 10),  # partial prefill: owes 30
+                "z": _in_state(ns, "z", [1, 2], 3, outputs=[5]),  # caught up: owes 0
+            }
+            return [made[name] for name in names]
+
+        cases = [
+            (["p", "d1", "d2"], 12, [("p", 12)], 0),
+            (["p", "d1", "d2"], 40, [("p", 30), ("d1", 1), ("d2", 1)], 8),
+            (["d1", "p", "d2"], 20, [("d1", 1), ("p", 19)], 0),
+            (["z", "d1", "p"], 5, [("d1", 1), ("p", 4)], 0),
+            (["d1", "z", "d2"], 9, [("d1", 1), ("d2", 1)], 7),
+            (["z"], 9, [], 9),
+        ]
+        for names, budget, want, want_left in cases:
+            got, left = _running_called(ns, cls, state(names), budget, max_num_batched_tokens=max(budget, 1))
+            assert (got, left) == (want, want_left), (
+                f"TODO 17: running 依次是 {names}（d1、d2 是 decode 各欠 1 个，p 是做了一半的 prefill 欠 30 个，"
+                f"z 已追上欠 0 个），预算 {budget}：_schedule_running 应记 {want}、返回 {want_left}，得到 {got}、"
+                f"返回 {left!r}。按 running 的顺序（先接纳的先拿，不把 decode 挪到前面）；欠 0 个的跳过：不记 0，"
+                f"也不停下，接着排后面的"
+            )
+
+
+@check(points=1, title="单独调用：预算参数", says="用参数 token_budget，不用 max_num_batched_tokens；不改 num_computed_tokens")
+def check_todo17_budget_argument(ns):
+    """_schedule_running spends the token_budget it is given, whatever max_num_batched_tokens is,
+    and leaves every request's num_computed_tokens to schedule()."""
+    with _Isolated(ns, 17) as cls:
+        for budget, want, want_left in [(3, [("a", 1), ("b", 2)], 0), (7, [("a", 1), ("b", 5)], 1), (0, [], 0)]:
+            running = [_in_state(ns, "a", [1, 2], 2, outputs=[4]), _in_state(ns, "b", list(range(9)), 4)]
+            got, left = _running_called(ns, cls, running, budget, max_num_batched_tokens=64)
+            assert (got, left) == (want, want_left), (
+                f"TODO 17: max_num_batched_tokens=64，但这次调用的参数 token_budget={budget}；running 是 decode 的 a "
+                f"和欠 5 个的 b：应记 {want}、返回 {want_left}（用参数 token_budget），得到 {got}、返回 {left!r}"
+            )
 
 
 # ---- TODO 18: admitting waiting requests ----
@@ -443,7 +533,7 @@ def check_todo18_prefix_hit(ns):
         )
 
 
-@check(points=2, title="固定例子", says="预算 1024、三个 800 token 的请求 → 800、224、0")
+@check(points=1, title="固定例子", says="预算 1024、三个 800 token 的请求 → 800、224、0")
 def check_todo18_fixed_vector(ns):
     """A budget of 1024 and three new 800-token prompts schedule 800, 224 and nothing."""
     with _Isolated(ns, 18) as cls:
@@ -460,10 +550,42 @@ def check_todo18_fixed_vector(ns):
         )
 
 
-@check(points=2, title="随机轨迹", says="随机轨迹（共享前缀）：逐步与参考实现比较")
+@check(points=1, title="随机轨迹", says="随机轨迹（共享前缀）：逐步与参考实现比较")
 def check_todo18_random(ns):
     """Seeded random traces with shared prefixes, step by step against the oracle."""
     _compare_with_oracle(ns, 18, seed=3480)
+
+
+
+@check(points=2, title="单独调用：出队", says="接纳的请求从 waiting 队头取出、按顺序放进 running 末尾，只花参数 token_budget")
+def check_todo18_hand_built(ns):
+    """_schedule_waiting on hand-built states: admitted requests leave the waiting queue (popleft)
+    and join the end of running in order; the token_budget argument is what it spends; the
+    order of num_scheduled_tokens; requests and the running requests already there untouched."""
+    with _Isolated(ns, 18) as cls:
+        for budget, seqs, want, want_waiting in [
+            (7, 8, [("q0", 5), ("q1", 2)], ["q2", "q3"]),
+            (100, 3, [("q0", 5), ("q1", 5)], ["q2", "q3"]),
+            (100, 8, [("q0", 5), ("q1", 5), ("q2", 5), ("q3", 5)], []),
+            (0, 8, [], ["q0", "q1", "q2", "q3"]),
+        ]:
+            busy = _in_state(ns, "old", [1, 2], 2, outputs=[3])
+            queued = [_in_state(ns, f"q{i}", [i] * 5, 0) for i in range(4)]
+            sched = _placed(cls, {"max_num_batched_tokens": 100, "max_num_seqs": seqs}, running=[busy], waiting=queued)
+            out = ns["SchedulerOutput"]()
+            sched._schedule_waiting(out, budget)
+            got = list(out.num_scheduled_tokens.items())
+            running, waiting, requests, _ = _snapshot(sched)
+            want_running = ["old"] + [rid for rid, _ in want]
+            assert (got, running, waiting) == (want, want_running, want_waiting), (
+                f"TODO 18: running 里已有 old，等待队列 q0–q3 各 5 个 token，max_num_seqs={seqs}、"
+                f"max_num_batched_tokens=100、参数 token_budget={budget}：应记 {want}，running 变成 {want_running}，"
+                f"self.waiting 只剩 {want_waiting}（接纳时用 popleft() 取出）；得到 {got}、running {running}、waiting {waiting}"
+            )
+            assert requests == ["old", "q0", "q1", "q2", "q3"] and busy.num_computed_tokens == 2, (
+                f"TODO 18: _schedule_waiting 不改 self.requests 和已在 running 里的请求：得到 requests {requests}、"
+                f"old 的 num_computed_tokens {busy.num_computed_tokens}"
+            )
 
 
 # ---- TODO 19: after the step ----
@@ -497,7 +619,7 @@ def check_todo19_catch_up(ns):
         )
 
 
-@check(points=2, title="结束", says="生成够 max_tokens 个就结束，让出 max_num_seqs 的名额")
+@check(points=1, title="结束", says="生成够 max_tokens 个就结束，让出 max_num_seqs 的名额")
 def check_todo19_finish(ns):
     """A request with max_tokens outputs leaves the scheduler and frees its max_num_seqs slot."""
     with _Isolated(ns, 19) as cls:
@@ -518,3 +640,29 @@ def check_todo19_finish(ns):
 def check_todo19_random(ns):
     """Seeded random traces, outputs and states step by step against the oracle."""
     _compare_with_oracle(ns, 19, seed=3490, what="采样或结束")
+
+
+
+@check(points=1, title="单独调用：移出", says="结束的请求离开 running 和 requests，其余不动；不改 num_computed_tokens")
+def check_todo19_hand_built(ns):
+    """update_from_output on a hand-built state: the finished request leaves self.running and
+    self.requests, the others stay in order, and no num_computed_tokens changes."""
+    with _Isolated(ns, 19) as cls:
+        a = _in_state(ns, "a", [1, 2], 3, outputs=[7], max_tokens=2)  # caught up: its 2nd token ends it
+        b = _in_state(ns, "b", list(range(9)), 4)  # partial prefill
+        c = _in_state(ns, "c", [5], 2, outputs=[6], max_tokens=4)  # caught up, not finishing
+        w = _in_state(ns, "w", [3, 3], 0)  # still waiting
+        sched = _placed(cls, {"max_num_batched_tokens": 16, "max_num_seqs": 8}, running=[a, b, c], waiting=[w])
+        sched.update_from_output(ns["SchedulerOutput"]({"a": 1, "b": 4, "c": 1}), {"a": 8, "b": 9, "c": 10})
+        running, waiting, requests, _ = _snapshot(sched)
+        want = (["b", "c"], ["w"], ["b", "c", "w"])
+        assert (running, waiting, requests) == want, (
+            "TODO 19: a 追上并生成了第 max_tokens=2 个 token，b 在 prefill 中途，c 追上了还没生成够，w 还在等："
+            f"之后 running 应为 {want[0]}、waiting {want[1]}、requests 的键 {want[2]}（结束的 a 从 running 和 "
+            f"requests 里都移除），得到 {running}、{waiting}、{requests}"
+        )
+        computed = {r.request_id: r.num_computed_tokens for r in (a, b, c, w)}
+        assert computed == {"a": 3, "b": 4, "c": 2, "w": 0}, (
+            f"TODO 19: update_from_output 不改 num_computed_tokens（新采样的 token 下一步才算 KV）：应为 "
+            f"{{'a': 3, 'b': 4, 'c': 2, 'w': 0}}，得到 {computed}"
+        )
