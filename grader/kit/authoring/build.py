@@ -32,6 +32,7 @@ from ..sandbox.kernel_setup import kernel_tempdir
 from .nbsource import (
     colab_texts,
     github_repo,
+    fold_keys,
     inline_checks,
     nbgrader_meta,
     points_texts,
@@ -154,14 +155,21 @@ def execute(nb, workdir: Path, *, kernel_name: str = "python3", allow_errors: bo
 
 
 def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbformat.NotebookNode:
-    """Deterministic ids, minimal metadata, and (unless `keep_outputs`) no outputs."""
+    """Deterministic ids, minimal metadata, and (unless `keep_outputs`) no outputs.
+
+    A `#@title` cell gets the keys that start it folded (`nbsource.fold_keys`); no other cell
+    keeps any, so a fold follows the source and nothing else.
+    """
     nb.nbformat, nb.nbformat_minor = 4, 5
     nb.metadata = nbformat.from_dict(NOTEBOOK_METADATA)
     for index, cell in enumerate(nb.cells):
         grade_id = nbgrader_meta(cell).get("grade_id")
         cell.id = grade_id if grade_id else f"cell-{index:03d}"
         cell.metadata = nbformat.from_dict(
-            {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA}
+            {
+                **{k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA},
+                **fold_keys(cell),
+            }
         )
         if cell.cell_type == "code":
             if not keep_outputs:

@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 
 # %% nbgrader={"grade": false, "grade_id": "kv_visible_runner", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 可见检查的运行工具（第二、三部分共用）：逐个运行检查，每个 TODO 一行结果
 # 第二、三部分的可见检查共用的小工具：逐个运行检查，每个 TODO 打印一行结果，最后抛出第一个失败。
 # 只用标准库：第三部分不需要 torch，装了 torch 时才把线程数临时设为 1。
 import sys
@@ -344,6 +345,7 @@ def chunked_prefill(model, token_ids, chunk_size, past_kv=None):
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title TODO 9 的可见检查：运行即可
 # 运行此单元格检查 TODO 9：两条基本路径（无前缀、带前缀 past_kv），一秒内跑完；评分时还有 4 格隐藏检查。
 def visible_check_todo9():
     model = TinyCausalLM(TinyConfig(), seed=1)
@@ -351,22 +353,46 @@ def visible_check_todo9():
     full_logits, _ = model(prompt)
     where = "TODO 9: chunked_prefill(model, 13 个 token, chunk_size=5)"
     result = chunked_prefill(model, prompt, 5)
-    assert isinstance(result, tuple) and len(result) == 2, f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}：函数末尾是否缺了 return？"
+    assert isinstance(result, tuple) and len(result) == 2, (
+        f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}："
+        "函数末尾是否缺了 return？"
+    )
     logits, kv = result
-    assert tuple(logits.shape) == (13, 64), f"{where} 的 logits 形状应为 (13, 64)（3 块的 logits 按顺序拼接），得到 {tuple(logits.shape)}"
+    assert tuple(logits.shape) == (13, 64), (
+        f"{where} 的 logits 形状应为 (13, 64)（3 块的 logits 按顺序拼接），得到 "
+        f"{tuple(logits.shape)}"
+    )
     gap = (logits - full_logits).abs().max().item()
-    assert torch.allclose(logits, full_logits, rtol=1e-4, atol=1e-5), f"{where} 的 logits 应与一次完整前向 model(prompt) 相同，最大误差 {gap:.1e}：每块要带上一块返回的 past_kv"
-    assert kv_length(kv) == 13, f"{where} 返回的 past_kv 应覆盖 13 个 token，得到 {kv_length(kv)} 个"
+    assert torch.allclose(logits, full_logits, rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应与一次完整前向 model(prompt) 相同，最大误差 {gap:.1e}："
+        "每块要带上一块返回的 past_kv"
+    )
+    assert kv_length(kv) == 13, (
+        f"{where} 返回的 past_kv 应覆盖 13 个 token，得到 {kv_length(kv)} 个"
+    )
     _, prefix_kv = model(prompt[:6])
     where = "TODO 9: chunked_prefill(model, 后 7 个 token, chunk_size=3, past_kv=前 6 个 token 的 KV)"
     result = chunked_prefill(model, prompt[6:], 3, past_kv=prefix_kv)
-    assert isinstance(result, tuple) and len(result) == 2, f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}：函数末尾是否缺了 return？"
+    assert isinstance(result, tuple) and len(result) == 2, (
+        f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}："
+        "函数末尾是否缺了 return？"
+    )
     logits, kv = result
-    assert tuple(logits.shape) == (7, 64), f"{where} 的 logits 形状应为 (7, 64)，得到 {tuple(logits.shape)}"
+    assert tuple(logits.shape) == (7, 64), (
+        f"{where} 的 logits 形状应为 (7, 64)，得到 {tuple(logits.shape)}"
+    )
     gap = (logits - full_logits[6:]).abs().max().item()
-    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}：第一块要接着传入的 past_kv 算"
-    assert kv_length(kv) == 13, f"{where} 返回的 past_kv 应覆盖前缀 6 + 新 token 7 = 13 个位置，得到 {kv_length(kv)} 个"
-    assert kv_length(prefix_kv) == 6, f"{where} 不应修改传入的 past_kv：它原本覆盖 6 个 token，现在是 {kv_length(prefix_kv)} 个"
+    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}：第一块要接着传入的 "
+        "past_kv 算"
+    )
+    assert kv_length(kv) == 13, (
+        f"{where} 返回的 past_kv 应覆盖前缀 6 + 新 token 7 = 13 个位置，得到 {kv_length(kv)} 个"
+    )
+    assert kv_length(prefix_kv) == 6, (
+        f"{where} 不应修改传入的 past_kv：它原本覆盖 6 个 token，现在是 {kv_length(prefix_kv)} "
+        "个"
+    )
 
 
 run_visible_checks([("TODO 9", visible_check_todo9)])
@@ -473,6 +499,7 @@ class KVPrefixCache:
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title TODO 10 的可见检查：运行即可
 # 运行此单元格检查 TODO 10：命中一个登记过的前缀、完整命中，一秒内跑完；评分时还有 5 格隐藏检查。
 def visible_check_todo10():
     """KVPrefixCache 用到第一部分的账本和 TODO 9：它们还没通过时跳过，免得把别的 TODO 的错记在 TODO 10 头上。"""
@@ -501,23 +528,37 @@ def visible_check_todo10():
     where = "TODO 10: add_prefix([1, 2, 3, 4, 5, 6]) 之后 prefill([1, 2, 3, 4, 5, 6, 7, 8, 9])"
     logits, kv, hit_len = cache.prefill(prompt)
     assert hit_len == 6, f"{where} 的 hit_len 应为 6，得到 {hit_len!r}"
-    assert tuple(logits.shape) == (3, 64), f"{where} 的 logits 只含算出来的 3 个 suffix token，形状应为 (3, 64)，得到 {tuple(logits.shape)}"
+    assert tuple(logits.shape) == (3, 64), (
+        f"{where} 的 logits 只含算出来的 3 个 suffix token，形状应为 (3, 64)，得到 "
+        f"{tuple(logits.shape)}"
+    )
     gap = (logits - full_logits[6:]).abs().max().item()
-    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}"
-    assert kv_length(kv) == 9, f"{where} 返回的 past_kv 应覆盖整个 prompt 的 9 个 token，得到 {kv_length(kv)} 个"
+    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}"
+    )
+    assert kv_length(kv) == 9, (
+        f"{where} 返回的 past_kv 应覆盖整个 prompt 的 9 个 token，得到 {kv_length(kv)} 个"
+    )
     where = "TODO 10: prefill(torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9]))（LongTensor 输入）"
     try:
         tensor_result = cache.prefill(torch.tensor(prompt))
     except KeyError as error:
         raise AssertionError(f"{where} 抛出 KeyError: {error}：self.prefix_kv 的键是普通 int 的 tuple，要用 as_token_list 之后的 tokens 切片做键，不是 token_ids") from None
-    assert tensor_result[2] == 6, f"{where} 的 hit_len 应为 6（与 list 输入相同），得到 {tensor_result[2]!r}"
+    assert tensor_result[2] == 6, (
+        f"{where} 的 hit_len 应为 6（与 list 输入相同），得到 {tensor_result[2]!r}"
+    )
     where = "TODO 10: prefill([1, 2, 3, 4, 5, 6])（整个 prompt 都已缓存）"
     try:
         logits, kv, hit_len = cache.prefill([1, 2, 3, 4, 5, 6])
     except ValueError as error:
         raise AssertionError(f"{where} 抛出 ValueError: {error}：整个 prompt 都命中时 suffix 为空，而 chunked_prefill 不接受空输入。hit_len 应取 len(prompt) - 1，最后一个 token 仍要计算") from None
-    assert hit_len == 5, f"{where} 的 hit_len 应为 len(prompt) - 1 = 5（最后一个 token 仍要计算，才有它的 logits），得到 {hit_len!r}"
-    assert torch.allclose(logits, full_logits[5:6], rtol=1e-4, atol=1e-5), f"{where} 的 logits 应等于完整前向的 logits[5:6]"
+    assert hit_len == 5, (
+        f"{where} 的 hit_len 应为 len(prompt) - 1 = 5（最后一个 token 仍要计算，才有它的 logits）"
+        f"，得到 {hit_len!r}"
+    )
+    assert torch.allclose(logits, full_logits[5:6], rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应等于完整前向的 logits[5:6]"
+    )
     return None
 
 
@@ -569,6 +610,7 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 # 下面的单元格先定义测量用的工具函数（最后的 GPU 实验也用它们），再在 CPU 上实测。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "kv_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 2.4 节的测量工具：计时、代价模型、注意力分数张量的 hook、表格
 def time_prefill(fn, repeats=5, warmup=1, synchronize=None) -> float:
     """先不计时地运行 fn() warmup 次，再计时 repeats 次，返回秒数的中位数。GPU 上把 torch.cuda.synchronize 传给 synchronize。"""
     for _ in range(warmup):
@@ -772,6 +814,7 @@ MEMORY_COLUMNS = [
 ]
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "kv_measure_speedup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 实测：命中率 h 与 prefill 耗时（CPU，约十秒）
 # 实测：命中率 h 与 prefill 耗时（CPU、float32、单个 prompt；约十秒）
 speed_config = TinyConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_positions=512)
 speed_model = TinyCausalLM(speed_config, seed=0)
@@ -831,6 +874,7 @@ if speed_rows:
 # 下表是一次**形状检查**，不是内存测量：`scores_tap` 上的 hook 记下经过它的最大一个分数张量的字节数，而这个张量的形状是我们的代码自己定的，所以“hook / 解析”等于 1.000 是必然的，它只说明 `chunked_prefill` 真的按 `chunk_size` 把 token 分块送进了模型（送错了块，这一列就不是 1）。测量前，单元格先核对每种分块的 logits 与一次性前向相同，不同就指出 TODO 9。分配器的总峰值（掩码、softmax 的输出、KV 拼接也要内存）要用分配器量：最后的 GPU 实验用 `torch.cuda.max_memory_allocated` 量整个 prefill。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "kv_measure_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 形状检查：一次性与分块预填充的最大注意力分数张量
 # 形状检查：一次性与分块预填充的最大注意力分数张量（hook 看到的 vs 解析值）；先核对 logits
 memory_config = TinyConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_positions=512)
 memory_model = TinyCausalLM(memory_config, seed=0)

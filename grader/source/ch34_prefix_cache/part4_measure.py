@@ -12,6 +12,7 @@
 # **注意力工作量**是什么：一步里第 `i` 个请求新算 `n_i` 个 token，它之前已经算好 `P_i` 个，这 `n_i` 个 query 每个要看 `P_i + n_i` 个 key（我们的实现把被掩掉的也算了），于是 `W = Σ_i n_i · (P_i + n_i)`。decode 的 `n_i = 1`，`W` 就是它的上下文长度。线性层的运算量只跟 token 数 `N_tok = Σ_i n_i` 成正比，注意力的运算量跟 `W` 成正比——这就是步时模型的后两项；`a` 是每一步都要付的固定开销。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "sched_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 4.6 节的工具：步时模型、负载、离散事件模拟、统计
 # 4.6 节的工具：步时模型、负载、离散事件模拟、统计。只用标准库和 torch；下面的测量单元格都调用它们。
 
 
@@ -435,6 +436,7 @@ def serving_result_or_none(run):
 # 读数时注意三件事：`a` 是每一步都要付的固定开销（Python 调用、几十个小算子的启动）；`b` 是每个 token 过一遍全部线性层的代价；这个小模型的注意力把 `T × S` 的分数全算出来再掩码，所以 `c·W` 随上下文增长得很快——这是它和 GPU 上 FlashAttention 的不同之处。计时用单线程（`torch.set_num_threads(1)`，测完恢复），空闲的机器上一共一两秒；机器忙时（别的进程在抢 CPU）最小–最大会拉得很开，残差也跟着变大——这正是要把范围印出来的原因。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_step_model", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 实测：小模型一步的耗时与拟合；T4 / A100 的 roofline
 # 实测：小模型一步的耗时，拟合 t ≈ a + b·N_tok + c·W；再列出 T4 / A100 的 roofline（规格表数字，不是实测）
 calib_model = TinyCausalLM(TinyConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_positions=1536), seed=0)
 calib_threads = torch.get_num_threads()
@@ -548,6 +550,7 @@ if plt is not None:
 # 每一次模拟都在几百毫秒内跑完；这一格一共几秒。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_budget", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 模拟：token 预算与 TTFT / TBT（A100 · Llama-3-8B 的 roofline）
 # 模拟：token 预算、不分块、先 prefill，A100 · Llama-3-8B 的 roofline（+ 每步 5 ms / 纯 roofline）
 sweep_workload = poisson_workload(seed=34, num_requests=180, rate=10.0)
 sweep_longest = max(len(prompt) for _, prompt, _ in sweep_workload)
@@ -643,7 +646,7 @@ else:
         plt.show()
 
 # %% [markdown]
-# **怎么读这张表和这两张图。** 这里的数字都是**模拟**：步时来自上面的模型，不是在 GPU 上量的；同一个种子每次得到同样的数。TBT 的 p50/p99 来自约 2.5 万个 token 间隔，稳定；TTFT 只有 180 个请求：p99 由最慢的两个请求决定，p50 也随负载里长文档的多少而变。仓库里的 `bench/bench_scheduler.py` 用 5 个种子（34–38）跑同一组配置，给出每个数的范围，并逐条核对下面的结论；下面引用的数是种子 34 的（就是这张表），方括号里是 5 个种子的最小–最大，结论只用 5 个种子下都成立的比较。
+# **怎么读这张表和这两张图。** 这里的数字都是**模拟**：步时来自上面的模型，不是在 GPU 上量的；同一个种子每次得到同样的数。TBT 的 p50/p99 来自约 2.5 万个 token 间隔，稳定；TTFT 只有 180 个请求：p99 由最慢的两个请求决定，p50 也随负载里长文档的多少而变。编写本章时我们用 5 个种子（34–38）跑了同一组配置，得到每个数的范围，并逐条核对了下面的结论（想自己复现，把上面单元格里 `poisson_workload(seed=34, ...)` 的种子换成 35–38 再运行）；下面引用的数是种子 34 的（就是这张表），方括号里是 5 个种子的最小–最大，结论只用 5 个种子下都成立的比较。
 #
 # - **TBT p99 随预算上涨，几乎成正比。** 256 → 19 ms，512 → 34 ms，1024 → 62 ms，2048 → 114 ms，4096 → 216 ms，8192 → 279 ms [245, 334]；8192 以外，5 个种子之间相差不到 2 ms。decode 优先时，一个 decode 的 TBT 就是它所在那一步的时长；一步被 prefill 块填满时，时长 ≈ `t0 + 预算 × 每 token 的运算时间`（A100 上的 8B 模型约 48 µs/token），p99 就落在这样的步上。第一张图左边就是这种情形：一个长 prompt 被切成 512 的块，每一步 34 ms，正在生成的请求每一步都拿到一个 token。
 # - **TTFT p50 的方向相反，过了某个预算就不再变。** 256 → 255 ms [69, 356]，512 → 114 ms [32, 237]，1024 → 73 ms，2048 → 55 ms [30, 144]，4096 和 8192 在 48–52 ms。5 个种子都是：256 的 TTFT p50 是 2048 的 1.5 倍以上，4096、8192 与 2048 相差不到 30%；绝对数随种子变化很大，因为长文档多几个少几个，排队就差很多。预算小时，prefill 每步只分到“预算减去 decode 数”个 token，却每一步都要付一次 `t0` 和一次权重读取；预算到两三千以后，一个短请求没命中的那几十到两百多个 token 一步就能算完，TTFT 剩下的主要是排队。纯 roofline（`t0 = 0`）下 TBT 的取舍一样（14 → 264 ms），TTFT 却只从 48 ms 变到 26–28 ms：**TTFT 随预算改善多少，取决于每步的固定开销**，TBT 随预算变差则不取决于它。
@@ -660,6 +663,7 @@ else:
 # 同一个种子、同样的到达时刻和长度，只改“共享多少”：短请求的 system prompt 从 4 段共享、32 段、128 段，到每个请求各不相同；再加一行**热缓存**——同一串请求连着跑第二遍，缓存里留着第一遍登记的块（用固定种子的 benchmark 重复跑，就是这种情况）。预算 2048，A100 · Llama-3-8B，roofline + 每步 5 ms。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_cache", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 模拟：命中的 prompt token 比例与 TTFT
 # 模拟：命中的 prompt token 比例与 TTFT（预算 2048）
 cache_step = roofline_step_model("A100", "Llama-3-8B", step_overhead=0.005)
 
@@ -705,7 +709,7 @@ else:
         plt.show()
 
 # %% [markdown]
-# **怎么读。** 只改“共享多少”，其余完全相同：命中的 prompt token 从 0% 到 50%，TTFT p50 从 659 ms 降到 55 ms（32 段共享命中 41%，115 ms；128 段 20%，321 ms；5 个种子里都是命中越多 TTFT 越低）。“各不相同”这一行就是关掉缓存时的结果：缓存开着却没有可复用的前缀，调度与关掉缓存一步不差（仓库的测试核对了这一点），真正要算的 prompt token 从 15.0 万翻到 30.2 万。TBT 几乎不动：前缀缓存省的是 prefill，不是 decode。热缓存的第二遍命中 99%，TTFT p50 23 ms、p99 31 ms，真正算的 prompt token 只有 1,533 个——每个请求只剩最后一块要算（TODO 15 的“最多到 `num_tokens - 1`、按整块取整”）。
+# **怎么读。** 只改“共享多少”，其余完全相同：命中的 prompt token 从 0% 到 50%，TTFT p50 从 659 ms 降到 55 ms（32 段共享命中 41%，115 ms；128 段 20%，321 ms；5 个种子里都是命中越多 TTFT 越低）。“各不相同”这一行就是关掉缓存时的结果：缓存开着却没有可复用的前缀，调度与关掉缓存一步不差（编写本章时的测试逐步核对过这一点），真正要算的 prompt token 从 15.0 万翻到 30.2 万。TBT 几乎不动：前缀缓存省的是 prefill，不是 decode。热缓存的第二遍命中 99%，TTFT p50 23 ms、p99 31 ms，真正算的 prompt token 只有 1,533 个——每个请求只剩最后一块要算（TODO 15 的“最多到 `num_tokens - 1`、按整块取整”）。
 #
 # ##### 用户最常问的四个问题
 #
