@@ -31,8 +31,8 @@ from ..paths import ASSIGNMENT, GRADING_COURSE, REPO_ROOT, STUDENT_RELEASE
 from ..sandbox.kernel_setup import kernel_tempdir
 from .nbsource import (
     colab_texts,
-    github_repo,
     fold_keys,
+    github_repo,
     inline_checks,
     nbgrader_meta,
     points_texts,

@@ -304,8 +304,9 @@ def _parsed_source(path: Path, stamp: tuple) -> nbformat.NotebookNode:
 
 
 # Provided code a learner is not asked to read opens folded: a code cell whose first line is
-# `#@title <what it provides>` (Colab's form syntax) gets both platforms' fold keys (`fold_keys`).
-_FOLD_TITLE = re.compile(r"\A#@title[ \t]+(\S[^\n]*?)[ \t]*$", re.MULTILINE)
+# `#@title <what it provides>` (Colab's form syntax; `# @title`, as ruff format and newer Colab
+# write it, too) gets both platforms' fold keys (`fold_keys`).
+_FOLD_TITLE = re.compile(r"\A# ?@title[ \t]+(\S[^\n]*?)[ \t]*$", re.MULTILINE)
 
 
 def fold_title(cell) -> str | None:
