@@ -318,7 +318,7 @@ def test_speedup_rows_show_their_spread_and_the_h0_row_is_the_noise_floor(refere
     assert hit["hit_len"] == 72 and hit["model"] > 1
     verdicts = ns["speedup_verdicts"](rows)
     assert len(verdicts) == 1 and verdicts[0].startswith("h = 0.75：实测 ")
-    assert any(w in verdicts[0] for w in ("之内", "比模型慢", "比模型快"))
+    assert any(w in verdicts[0] for w in ("之内", "比模型慢", "比模型快", "不能下结论"))
     table = ns["format_table"](rows, ns["SPEEDUP_COLUMNS"])
     assert "各轮最小" in table and "各轮最大" in table
 
@@ -351,3 +351,8 @@ def test_speedup_verdicts_judge_against_the_rows_range():
         ns["speedup_verdicts"]([noise, row(0.5, 2.0, 2.1, 2.2, 1.9)]),
     )
     assert "之内" in inside[0] and "比模型慢" in slower[0] and "比模型快" in faster[0]
+    # A range that also holds "no speedup" (ratio 1), or spans more than a factor two, concludes
+    # nothing, even with the model inside it (a busy CPU once gave 0.36-1.36 "consistent").
+    for busy in (row(0.5, 0.36, 0.9, 1.36, 1.9), row(0.9, 1.1, 3.0, 5.0, 4.0)):
+        (verdict,) = ns["speedup_verdicts"]([noise, busy])
+        assert "噪声太大，不能下结论" in verdict and "之内" not in verdict, verdict

@@ -154,94 +154,102 @@ class PrefixCacheManager:
 # %% [markdown]
 # #### 提示：TODO 1–8
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 1 · 提示 1</summary>
 #
 # list、tuple、range 里可以装着同样的整数，可是 `[1, 2] == (1, 2)` 的结果是什么？在一个新单元格里试一下。
+#
+# </details>
 #
 # <details><summary>TODO 1 · 提示 2</summary>
 #
 # Python 有一个内置类型，能把任何可迭代对象变成一个新的列表；新列表是一份拷贝，调用者的序列也就不会被改动。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 2 · 提示 1</summary>
 #
 # 第 0 块从位置 0 开始，第 1 块从哪里开始？最后一块的终点可能越过 `len(tokens)`，Python 的切片遇到越界会怎样？
+#
+# </details>
 #
 # <details><summary>TODO 2 · 提示 2</summary>
 #
 # 用步长为 `block_size` 的 `range` 列出每块的起点，对每个起点切出一段并转成 tuple。`range` 的终点就是 `len(tokens)`，不要缩短它，否则不满的尾块会丢。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 3 · 提示 1</summary>
 #
 # 这一行只需要算出同一个前缀的分块结果，而切块的规则你已经写过一次了。
+#
+# </details>
 #
 # <details><summary>TODO 3 · 提示 2</summary>
 #
 # `chunked_prefixes` 的每一项与 `cached_prefixes` 下标相同，内容是把这个前缀交给 TODO 2 的方法得到的 chunk 列表。这里的 chunk 是分块预填充的块（1.3 节的第一种含义），不是第三部分的 KV 块。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 4 · 提示 1</summary>
 #
 # 命中只有一个条件：prompt 开头的几个 token 与缓存的前缀逐个相同。同样的片段出现在 prompt 中间算不算？
+#
+# </details>
 #
 # <details><summary>TODO 4 · 提示 2</summary>
 #
 # 取 prompt 开头、与缓存前缀等长的一段，和前缀比较；两边的类型要一样（list 与 tuple 比较永远不相等）。不要在第一次命中时就返回：外面的循环会在所有命中里取最长的。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 5 · 提示 1</summary>
 #
 # `hit_len` 已经算好了，prefix 和 suffix 就在这个位置分开。
+#
+# </details>
 #
 # <details><summary>TODO 5 · 提示 2</summary>
 #
 # 对 normalize 之后的 `prompt` 在 `hit_len` 处一分为二：前一段是 prefix，后一段是 suffix。不要对原始的 `prompt_tokens` 切片：它是 tuple 时，切出来的还是 tuple。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 6 · 提示 1</summary>
 #
 # 整个 prompt 的分块计划与缓存命不命中有关系吗？
+#
+# </details>
 #
 # <details><summary>TODO 6 · 提示 2</summary>
 #
 # 把整个 prompt 交给 TODO 2 的切块方法就够了：切块的规则只保留一份。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 7 · 提示 1</summary>
 #
 # 三个量之间有一个等式：命中的 + 未命中的 = prompt 长度。prompt 为空时，比例的除法会怎样？
+#
+# </details>
 #
 # <details><summary>TODO 7 · 提示 2</summary>
 #
 # 命中长度来自 TODO 4 的方法；比例用真除法，并按注释的要求保留 4 位小数（Python 内置的四舍五入函数可以指定位数）；空 prompt 直接给 float 的 0.0。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 8 · 提示 1</summary>
 #
 # 已经命中的前缀不用再 prefill。哪一个方法已经把 prompt 拆成了前缀和后缀？
 #
+# </details>
+#
 # <details><summary>TODO 8 · 提示 2</summary>
 #
 # 先用 TODO 5 的方法拿到 suffix，再把 suffix（不是整个 prompt）交给 TODO 2 的切块方法，结果赋给 `suffix_chunks`。完整命中时 suffix 为空，计划自然是空列表。
 #
-# </details>
 # </details>
 
 # %% [markdown]

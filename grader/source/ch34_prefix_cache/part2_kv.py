@@ -104,6 +104,58 @@ def run_visible_checks(checks):
         raise failures[0]
 
 
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "table_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 显示表格的小工具：Jupyter / Colab 里画成表格，纯 Python 里打印文本
+import re
+from html import escape
+
+
+def format_table(rows, columns) -> str:
+    """rows: dict 的列表；columns: (键, 表头, 格式) 的列表，例如 ("h", "命中率 h", "{:.2f}")；返回 Markdown 表格。"""
+    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in columns) + " |")
+    return "\n".join(lines)
+
+
+class Table:
+    """一张算出来的表。Jupyter / Colab 显示它的 HTML（数字右对齐、不在数字中间折行），别处显示 Markdown 文本。"""
+
+    def __init__(self, rows, columns):
+        self.rows, self.columns = list(rows), list(columns)
+
+    def __repr__(self):
+        return format_table(self.rows, self.columns)
+
+    def _repr_html_(self):
+        head = "".join(f"<th>{escape(title)}</th>" for _, title, _ in self.columns)
+        body = "".join(
+            "<tr>" + "".join(self._cell(row[key], fmt) for key, _, fmt in self.columns) + "</tr>" for row in self.rows
+        )
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    @staticmethod
+    def _cell(value, fmt):
+        text = fmt.format(value)
+        align = "right" if re.match(r"[-+−]?[0-9.,]", text) else "left"  # 数字右对齐，文字左对齐
+        return f'<td style="text-align: {align}; white-space: nowrap">{escape(text)}</td>'
+
+
+def show_table(rows, columns) -> None:
+    """在 Jupyter / Colab 里显示渲染好的表格；没有 IPython 的地方（纯 Python 运行）打印 Markdown 文本。"""
+    table = Table(rows, columns)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # 纯 Python：没有 IPython 也照样能读
+        print(repr(table))
+        return
+    if get_ipython() is None:
+        print(repr(table))
+    else:
+        display(table)
+
+
 # %% [markdown]
 # ### 2.1　一个带 KV cache 接口的极小 Transformer
 #
@@ -331,17 +383,18 @@ def chunked_prefill(model, token_ids, chunk_size, past_kv=None):
 # %% [markdown]
 # #### 提示：TODO 9
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 9 · 提示 1</summary>
 #
 # 模型怎么知道第二块的第一个 token 在哪个位置、能看到哪些 key？全靠你传给它的 `past_kv`。
 #
+# </details>
+#
 # <details><summary>TODO 9 · 提示 2</summary>
 #
 # 每块调用一次模型，把**这一次返回的** `past_kv` 留下来交给下一次调用（第一次用调用者传进来的那个）；每块的 logits 收进一个列表，最后沿第 0 维拼起来，和最后一块返回的 `past_kv` 一起返回。
 #
-# </details>
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo9", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -474,28 +527,30 @@ class KVPrefixCache:
 # %% [markdown]
 # #### 提示：TODO 10
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 10 · add_prefix · 提示 1</summary>
 #
 # `add_prefix` 要做两件事：把前缀的 KV 存进字典，在账本里登记。先做哪件？怎样认出已经登记过的前缀？
+#
+# </details>
 #
 # <details><summary>TODO 10 · add_prefix · 提示 2</summary>
 #
 # 用 `tuple(tokens)` 作键；键不在字典里时才用 `chunked_prefill`（`chunk_size = self.block_size`）算出 KV 存进去，然后再调用账本的 `add_prefix`。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 10 · prefill · 提示 1</summary>
 #
 # 整个 prompt 都命中时，还剩几个 token 要送进模型？最后一个位置的 logits 从哪里来？
 #
+# </details>
+#
 # <details><summary>TODO 10 · prefill · 提示 2</summary>
 #
 # `hit_len` 取账本的命中长度与 `len(tokens) - 1` 中较小的一个。字典的键是命中的那个**完整**前缀（长度是账本的命中长度，不是 `hit_len`），用 `tokens` 而不是 `token_ids` 切；取出的 KV 每层只留前 `hit_len` 个位置（切片是新的视图，不写回字典），再把 `hit_len` 之后的 token 交给 `chunked_prefill` 接着算。
 #
-# </details>
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo10", "locked": true, "schema_version": 3, "solution": false, "task": false}
@@ -751,7 +806,8 @@ def measure_cached_speedup(model, num_tokens, hit_ratios, block_size, repeats=5,
 
 
 def speedup_verdicts(rows) -> list:
-    """每个 h > 0 的行一句话：代价模型 S(h,T) 落在这一行的比值范围之内、之上还是之下；范围窄于 h = 0 的噪声时才下结论。"""
+    """每个 h > 0 的行一句话：代价模型 S(h,T) 落在这一行的比值范围之内、之上还是之下。
+    范围宽到连“没有加速”（比值 1）都包含、或最大超过最小的两倍时，只说噪声太大、不下结论。"""
     noise = next((r for r in rows if r["hit_len"] == 0), None)
     width = (noise["spread_hi"] - noise["spread_lo"]) if noise else 0.0
     lines = []
@@ -759,13 +815,16 @@ def speedup_verdicts(rows) -> list:
         if r["hit_len"] == 0:
             continue
         lo, hi = r["spread_lo"], r["spread_hi"]
-        if lo <= r["model"] <= hi:
+        if lo <= 1.0 <= hi or hi > 2 * lo:
+            why = "连“没有加速”（比值 1）都在范围里" if lo <= 1.0 <= hi else f"最大是最小的 {hi / max(lo, 1e-12):.1f} 倍"
+            verdict = f"噪声太大，不能下结论（{why}）：机器大概正忙，空闲时重新运行这个单元格"
+        elif lo <= r["model"] <= hi:
             verdict = "代价模型落在实测范围之内：在这次的噪声下与模型一致"
         elif hi < r["model"]:
             verdict = "整段范围都低于代价模型：比模型慢"
         else:
             verdict = "整段范围都高于代价模型：比模型快"
-        if noise and (hi - lo) / max(r["measured"], 1e-12) > width / max(noise["measured"], 1e-12) * 2:
+        if "不能下结论" not in verdict and noise and (hi - lo) / max(r["measured"], 1e-12) > width / max(noise["measured"], 1e-12) * 2:
             verdict += "（这一行的范围比 h = 0 的噪声宽得多，结论要打折扣）"
         lines.append(f"h = {r['h']:.2f}：实测 {lo:.2f}–{hi:.2f}，模型 {r['model']:.2f}，1/(1−h) = {1 / (1 - r['h']):.2f}；{verdict}")
     return lines
@@ -793,14 +852,6 @@ def measure_attention_peaks(model, num_tokens, chunk_sizes, seed=0) -> list:
         row["vs_one_shot"] = row["analytic_kib"] * 1024 / one_shot
         row["kv_kib"] = kv_cache_bytes(model.config, num_tokens) / 1024
     return rows
-
-
-def format_table(rows, columns) -> str:
-    """rows: dict 的列表；columns: (键, 表头, 格式) 的列表，例如 ("h", "命中率 h", "{:.2f}")；返回 Markdown 表格。"""
-    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in columns) + " |")
-    return "\n".join(lines)
 
 
 SPEEDUP_COLUMNS = [
@@ -838,7 +889,7 @@ finally:
     torch.set_num_threads(speed_threads)
 if speed_rows:
     print(f"T = 512，d = 128，L = 2，N = {non_embedding_params(speed_model):,}，block_size = 64，单线程；21 轮交错计时，每轮每个 h 各测一次")
-    print(format_table(speed_rows, SPEEDUP_COLUMNS))
+    show_table(speed_rows, SPEEDUP_COLUMNS)
     noise = speed_rows[0]
     print(f"\nh = 0 这一行两边做的是同一件事：它的比值在 {noise['spread_lo']:.2f}–{noise['spread_hi']:.2f} 之间，这就是这次测量的噪声。")
     print("\n".join(speedup_verdicts(speed_rows)))
@@ -847,7 +898,7 @@ if speed_rows:
     except ImportError:
         plt = None
     if plt is not None:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         hs = [r["h"] for r in speed_rows]
         ax.fill_between(hs, [r["spread_lo"] for r in speed_rows], [r["spread_hi"] for r in speed_rows], alpha=0.25, label="measured, min-max of 21 rounds")
         ax.plot(hs, [r["measured"] for r in speed_rows], "o-", label="measured, median")
@@ -855,7 +906,8 @@ if speed_rows:
         ax.set_xlabel("hit ratio h")
         ax.set_ylabel("prefill speedup")
         ax.set_title("cached vs full prefill, T=512 (CPU)")
-        ax.legend()
+        ax.legend(loc="upper left")
+        fig.tight_layout()
         plt.show()
 
 # %% [markdown]
@@ -897,19 +949,20 @@ finally:
     torch.set_num_threads(memory_threads)
 if memory_rows:
     print("T = 512，n_heads = 4，float32；解析值 = n_heads · max_j c_j · (第 j 块末尾位置) · 4 字节；每种分块的 logits 已核对等于一次性前向")
-    print(format_table(memory_rows, MEMORY_COLUMNS))
+    show_table(memory_rows, MEMORY_COLUMNS)
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         plt = None
     if plt is not None:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         labels = [str(r["chunk"]) if r["chunk"] != "一次性" else "one-shot" for r in memory_rows]
         ax.bar(labels, [r["measured_kib"] for r in memory_rows], label="largest attention scores (shape check)")
         ax.axhline(memory_rows[0]["kv_kib"], color="gray", linestyle="--", label="KV cache (unchanged)")
         ax.set_xlabel("chunk_size")
         ax.set_ylabel("KiB")
-        ax.legend()
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)  # 图外：不挡住最高的一次性那根柱
+        fig.tight_layout()
         plt.show()
 
 # %% [markdown]

@@ -312,50 +312,54 @@ class BlockPrefixCache:
 # %% [markdown]
 # #### 提示：TODO 11–14
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 11 · 提示 1</summary>
 #
 # 从第一块开始，父 key 是 `None`；每一块的 key 由父 key 和本块的 token 一起决定。什么时候该停下？
+#
+# </details>
 #
 # <details><summary>TODO 11 · 提示 2</summary>
 #
 # 逐块算 key、在 `self._cached` 里查 block id，查不到就停。查到了还要核对那个块存的 `parent_key` 和 `token_ids` 与这次查询是否一致（哈希可能碰撞），不一致也停。`match` 只读：不碰引用计数、可淘汰队列和统计。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 12 · 提示 1</summary>
 #
 # 动手之前先回答两个数：要几个新块？最多能腾出几个？命中的块里，有没有此刻正躺在可淘汰队列里的？
+#
+# </details>
 #
 # <details><summary>TODO 12 · 提示 2</summary>
 #
 # 能腾出的块 = 空闲块 + 可淘汰块 − 命中块中引用计数为 0 的那些。不够就抛 `CacheFullError`，此前什么都不改。够的话先给命中的块加引用（引用为 0 的移出可淘汰队列），再逐个分配新块，然后用 `insert` 登记、调用一次 `_record_query`。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 13 · 提示 1</summary>
 #
 # 为什么要从最后一块往前处理？引用降到 0 的块该去哪里，取决于它有没有登记在缓存里。
+#
+# </details>
 #
 # <details><summary>TODO 13 · 提示 2</summary>
 #
 # 倒序遍历，引用减 1；仍大于 0 就跳过。降到 0 时：已登记（`key` 不是 `None`）的排到可淘汰队列的队尾，没有登记的私有块放回空闲队列。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 14 · 提示 1</summary>
 #
 # 三个计数里只有一个按请求计，另外两个都按 token 计。命中的 token 数怎样从命中的块数换算出来？
 #
+# </details>
+#
 # <details><summary>TODO 14 · 提示 2</summary>
 #
 # 请求数加 1；查询 token 数加上整个 prompt 的长度（包括不满一块的尾巴）；命中 token 数加上命中块数乘以 `block_size`。
 #
-# </details>
 # </details>
 
 # %% [markdown]
@@ -879,29 +883,29 @@ def _show_hit_rate_vs_capacity(block_size=16, capacities=(64, 128, 256, 512, 102
     except NotImplementedError:
         seed_rates = {name: "（先完成 TODO 1–8）" for name in workloads}
     names = list(workloads)
-    print("| num_blocks | " + " | ".join(names) + " |")
-    print("|---:|" + "---:|" * len(names))
-    for i, n in enumerate(capacities):
-        print(f"| {n} | " + " | ".join(f"{rates[name][i]:.3f}" for name in names) + " |")
-    print("| PrefixCacheManager（不限容量） | " + " | ".join(seed_rates[name] for name in names) + " |")
-    print("| 不淘汰所需块数 | " + " | ".join(str(num_distinct_full_blocks(workloads[name], block_size)) for name in names) + " |")
-    print(f"\n（请求数：{', '.join(f'{name} {len(workloads[name])}' for name in names)}）")
+    table = [{"n": n, **{name: f"{rates[name][i]:.3f}" for name in names}} for i, n in enumerate(capacities)]
+    table.append({"n": "PrefixCacheManager（不限容量）", **seed_rates})
+    table.append({"n": "不淘汰所需块数", **{name: num_distinct_full_blocks(workloads[name], block_size) for name in names}})
+    show_table(table, [("n", "num_blocks", "{}")] + [(name, name, "{}") for name in names])
+    print(f"（请求数：{', '.join(f'{name} {len(workloads[name])}' for name in names)}）")
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         print("没有安装 matplotlib：只打印表格。")
         return
-    _, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = plt.subplots(figsize=(11, 5))
     for name in names:
         (line,) = ax.plot(capacities, rates[name], marker="o", label=f"BlockPrefixCache: {name}")
         if not seed_rates[name].startswith("（"):
             ax.axhline(float(seed_rates[name]), color=line.get_color(), linestyle="--", linewidth=1, label=f"PrefixCacheManager (unbounded): {name}")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(capacities, [str(n) for n in capacities])  # 64、128……而不是 2⁶、2⁷
     ax.set_xlabel("num_blocks (block_size=16)")
     ax.set_ylabel("token hit rate")
     ax.set_ylim(-0.02, 1)
     ax.set_title("token hit rate vs capacity")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))  # 图外右侧：六条图例不压住曲线
+    fig.tight_layout()
     plt.show()
 
 
@@ -935,10 +939,8 @@ def _show_eviction_policies(block_size=16, capacities=(128, 256)):
     except NotImplementedError:
         print("先完成 TODO 11–14，再运行这个测量。")
         return
-    print("| 负载 | num_blocks | " + " | ".join(policies) + " |")
-    print("|---|---:|" + "---:|" * len(policies))
-    for name, n, rates in rows:
-        print(f"| {name} | {n} | " + " | ".join(f"{rate:.3f}" for rate in rates) + " |")
+    table = [{"workload": name, "n": n, **dict(zip(policies, rates))} for name, n, rates in rows]
+    show_table(table, [("workload", "负载", "{}"), ("n", "num_blocks", "{}")] + [(p, p, "{:.3f}") for p in policies])
 
 
 _show_eviction_policies()

@@ -452,11 +452,18 @@ for row in calib_rows:
     row["ms"] = f"{1e3 * row['median']:.2f} [{1e3 * row['low']:.2f}, {1e3 * row['high']:.2f}]"
     row["fit_ms"] = 1e3 * row["fit"]
 print("小模型（d=128, L=2, 4 头, float32, 单线程）一步的耗时：5 次的中位数 [最小, 最大]")
-print(format_table(calib_rows, [("n", "新 token n", "{}"), ("P", "已有 P", "{}"), ("work", "W = n·(P+n)", "{:,}"), ("ms", "实测 ms", "{}"),
-                                ("fit_ms", "拟合 ms", "{:.2f}"), ("residual", "残差", "{:+.0%}")]))
+show_table(calib_rows, [("n", "新 token n", "{}"), ("P", "已有 P", "{}"), ("work", "W = n·(P+n)", "{:,}"), ("ms", "实测 ms", "{}"),
+                        ("fit_ms", "拟合 ms", "{:.2f}"), ("residual", "残差", "{:+.0%}")])
 print(f"\n拟合：a = {1e3 * calib_a:.3f} ms，b = {1e6 * calib_b:.2f} µs/token，c = {1e9 * calib_c:.1f} ns/(query·key)；"
       f"残差的中位数 {statistics.median(abs(r['residual']) for r in calib_rows):.0%}，最大 {max(abs(r['residual']) for r in calib_rows):.0%}")
-if calib_b > 0:
+calib_spread = max(r["high"] / r["low"] - 1 for r in calib_rows)  # 同一点 5 次之间最大的相对差
+if calib_b <= 0:
+    print(f"b ≤ 0 不可能是真的（多算 token 不会更快）：这次的噪声盖过了每个 token 的线性层时间（同一点 5 次之间最多差 {calib_spread:.0%}，"
+          "机器大概正忙）。这次的 a、b 不能用来比较；空闲时重新运行这个单元格。")
+elif calib_spread > 0.5:
+    print(f"固定开销 a 相当于 {calib_a / calib_b:.0f} 个 token 的线性层时间；但同一点 5 次之间最多差 {calib_spread:.0%}，"
+          "噪声太大，这个比值只能粗看，空闲时重新运行再比较")
+else:
     print(f"固定开销 a 相当于 {calib_a / calib_b:.0f} 个 token 的线性层时间：一步只算几个 token 时，时间几乎全是 a")
 
 print("\nroofline：t = max((权重 + KV) 字节 / 带宽, 运算量 / 峰值)；常数是规格表上的数字")
@@ -470,9 +477,9 @@ for gpu, model_name in (("T4", "Qwen2.5-1.5B"), ("A100", "Llama-3-8B")):
         "decode": 1e3 * step([(1, 1000)]), "decode64": 1e3 * step([(1, 1000)] * 64),
         "prefill2k": 1e3 * step([(2048, 0)]), "prefill8k": 1e3 * step([(8192, 0)]),
     })
-print(format_table(roofline_rows, [("where", "GPU · 模型", "{}"), ("weights_gb", "权重 (GB)", "{:.1f}"), ("ridge", "拐点 (token/步)", "{:.0f}"),
-                                   ("decode", "1 个 decode (ms)", "{:.1f}"), ("decode64", "64 个 decode (ms)", "{:.1f}"),
-                                   ("prefill2k", "2048 token prefill (ms)", "{:.0f}"), ("prefill8k", "8192 token prefill (ms)", "{:.0f}")]))
+show_table(roofline_rows, [("where", "GPU · 模型", "{}"), ("weights_gb", "权重 (GB)", "{:.1f}"), ("ridge", "拐点 (token/步)", "{:.0f}"),
+                           ("decode", "1 个 decode (ms)", "{:.1f}"), ("decode64", "64 个 decode (ms)", "{:.1f}"),
+                           ("prefill2k", "2048 token prefill (ms)", "{:.0f}"), ("prefill8k", "8192 token prefill (ms)", "{:.0f}")])
 for gpu in ("T4", "A100"):
     print(f"  {gpu}: {GPU_SPECS[gpu]['source']}")
 
@@ -486,14 +493,14 @@ for t0 in (0.0, 0.005):
         for chunk in (512, 2048):
             row[f"c{chunk}"] = sum(step([(min(chunk, length - s), s)]) for s in range(0, length, chunk)) / whole
         overhead_rows.append(row)
-print(format_table(overhead_rows, [("t0", "t0 (ms)", "{:.0f}"), ("length", "prompt 长度", "{}"), ("c512", "块 512", "{:.2f}×"), ("c2048", "块 2048", "{:.2f}×")]))
+show_table(overhead_rows, [("t0", "t0 (ms)", "{:.0f}"), ("length", "prompt 长度", "{}"), ("c512", "块 512", "{:.2f}×"), ("c2048", "块 2048", "{:.2f}×")])
 
 try:
     import matplotlib.pyplot as plt
 except ImportError:
     plt = None
 if plt is not None:
-    fig, (ax_cpu, ax_gpu) = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, (ax_cpu, ax_gpu) = plt.subplots(1, 2, figsize=(12, 4.5))
     for p, marker in zip((0, 384, 1152), ("o", "s", "^")):
         rows = [r for r in calib_rows if r["P"] == p]
         ax_cpu.errorbar([r["n"] for r in rows], [1e3 * r["median"] for r in rows],
@@ -513,6 +520,8 @@ if plt is not None:
         ax_gpu.axvline(ridge, color=ax_gpu.lines[-1].get_color(), linestyle=":", linewidth=1)
     ax_gpu.set_xscale("log", base=2)
     ax_gpu.set_yscale("log")
+    for axis in (ax_gpu.xaxis, ax_gpu.yaxis):  # 刻度写成 64、100，而不是 2⁶、10²
+        axis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:g}"))
     ax_gpu.set_xlabel("tokens in the step (prefill from an empty context)")
     ax_gpu.set_ylabel("step time (ms)")
     ax_gpu.set_title("roofline from spec sheets (dotted: ridge)")
@@ -588,11 +597,11 @@ if sweep is None:
 else:
     sweep_rows, sweep_runs, sweep_pure_rows = sweep
     print(f"模拟 {len(sweep_rows) + len(sweep_pure_rows)} 次，用时 {time.perf_counter() - sweep_started:.1f} s；A100 · Llama-3-8B，roofline + 每步 5 ms：")
-    print(format_table(sweep_rows, SERVING_COLUMNS))
+    show_table(sweep_rows, SERVING_COLUMNS)
     print("\n对照：纯 roofline（t0 = 0）")
-    print(format_table(sweep_pure_rows[:3], SERVING_COLUMNS[:5]))
+    show_table(sweep_pure_rows[:3], SERVING_COLUMNS[:5])
     print("\n离线 benchmark：180 个请求同时到达（roofline + 每步 5 ms）")
-    print(format_table(sweep_pure_rows[3:], [SERVING_COLUMNS[0], SERVING_COLUMNS[4], SERVING_COLUMNS[8], SERVING_COLUMNS[9], ("throughput", "生成 token/s", "{:,.0f}")]))
+    show_table(sweep_pure_rows[3:], [SERVING_COLUMNS[0], SERVING_COLUMNS[4], SERVING_COLUMNS[8], SERVING_COLUMNS[9], ("throughput", "生成 token/s", "{:,.0f}")])
     try:
         import matplotlib.pyplot as plt
     except ImportError:
@@ -601,7 +610,7 @@ else:
         # (i) 时间线：不分块时最长的一步前后，两种调度并排；上：每步的 token（宽 = 时长），下：正在 decode 的请求各 token 出来的时刻
         stall_start, stall_length, _, _ = max(sweep_runs[f"不分块（{sweep_no_chunk}）"]["steps"], key=lambda s: s[1])
         window = (stall_start - 0.3, stall_start + stall_length + 0.5)
-        fig, axes = plt.subplots(2, 2, figsize=(11, 5.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+        fig, axes = plt.subplots(2, 2, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
         for col, label in enumerate(("decode 优先 512", f"不分块（{sweep_no_chunk}）")):
             run = sweep_runs[label]
             steps = [s for s in run["steps"] if window[0] - 1 <= s[0] <= window[1]]
@@ -625,23 +634,25 @@ else:
         fig.tight_layout()
         plt.show()
         # (ii) TTFT 与 TBT p99 的取舍：每个预算一个点
-        fig, ax = plt.subplots(figsize=(6.5, 4.2))
+        fig, ax = plt.subplots(figsize=(10, 6))
         for prefix, marker, color, name in (("decode 优先", "o-", "tab:blue", "decode-first (vLLM)"), ("prefill 优先", "s", "tab:red", "prefill-first (SGLang default)")):
             points = [r for r in sweep_rows if r["label"].startswith(prefix)]
             ax.plot([r["ttft_p50"] for r in points], [r["tbt_p99"] for r in points], marker, color=color, label=name)
             for r in points:
-                ax.annotate(r["label"].split()[-1], (r["ttft_p50"], r["tbt_p99"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+                ax.annotate(r["label"].split()[-1], (r["ttft_p50"], r["tbt_p99"]), textcoords="offset points", xytext=(6, 4), fontsize=9)
         no_chunk = next(r for r in sweep_rows if r["label"].startswith("不分块"))
         ax.plot([no_chunk["ttft_p50"]], [no_chunk["tbt_p99"]], "kx", markersize=9, label="no chunking")
         pure = sweep_pure_rows[:3]
         ax.plot([r["ttft_p50"] for r in pure], [r["tbt_p99"] for r in pure], "^--", color="tab:green", alpha=0.7, label="decode-first, pure roofline (t0=0)")
         for r in pure:
-            ax.annotate(r["label"].split()[-1], (r["ttft_p50"], r["tbt_p99"]), textcoords="offset points", xytext=(5, -10), fontsize=7, color="tab:green")
+            ax.annotate(r["label"].split()[-1], (r["ttft_p50"], r["tbt_p99"]), textcoords="offset points", xytext=(6, -12), fontsize=9, color="tab:green")
         ax.set_yscale("log")
+        for set_formatter in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):  # 20、30，而不是 2×10¹
+            set_formatter(plt.FuncFormatter(lambda value, _: f"{value:g}"))
         ax.set_xlabel("TTFT p50 (ms)")
         ax.set_ylabel("TBT p99 (ms)")
-        ax.set_title("budget trade-off, A100 + Llama-3-8B (simulated)")
-        ax.legend(fontsize=8)
+        ax.set_title("budget trade-off, A100 + Llama-3-8B (simulated); labels are token budgets")
+        ax.legend(fontsize=9)
         fig.tight_layout()
         plt.show()
 
@@ -684,13 +695,13 @@ cache_rows = serving_result_or_none(_cache_sweep)
 if cache_rows is None:
     print("请先完成 TODO 15–19（4.3、4.4 节），再运行本测量。")
 else:
-    print(format_table(cache_rows, SERVING_COLUMNS))
+    show_table(cache_rows, SERVING_COLUMNS)
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         plt = None
     if plt is not None:
-        fig, ax = plt.subplots(figsize=(6.5, 4))
+        fig, ax = plt.subplots(figsize=(10, 5.5))
         english = {"1 段共享": "1 shared", "4 段共享": "4 shared", "32 段共享": "32 shared", "128 段共享": "128 shared", "各不相同": "all distinct",
                    "4 段共享，热缓存（第二遍）": "4 shared, warm cache (2nd run)"}
         ax.plot([r["hit_share"] for r in cache_rows], [r["ttft_p50"] for r in cache_rows], "o", label="TTFT p50")
@@ -698,13 +709,14 @@ else:
         for r in cache_rows:
             right = r["hit_share"] > 0.9  # 最右边的点把标签写在左边，免得出界
             ax.annotate(english[r["label"]], (r["hit_share"], r["ttft_p50"]), textcoords="offset points", xytext=(-4 if right else 4, 6),
-                        ha="right" if right else "left", fontsize=7)
+                        ha="right" if right else "left", fontsize=9)
         ax.set_xlim(-0.05, 1.05)
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda value, _: f"{value:g}"))
         ax.set_xlabel("share of prompt tokens that hit the prefix cache")
         ax.set_ylabel("TTFT (ms)")
         ax.set_title("prefix cache hit share vs TTFT (budget 2048, simulated A100)")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=9)
         fig.tight_layout()
         plt.show()
 
