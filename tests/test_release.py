@@ -289,3 +289,38 @@ def test_student_notebook_parses_as_python_3_10_for_modelscope():
     for cell in release().cells:
         if cell.cell_type == "code":
             ast.parse(cell.source, feature_version=(3, 10))
+
+
+FOLD_TITLE = re.compile(r"# ?@title \S")
+
+
+@pytest.mark.parametrize("path", [RELEASE, SOLUTIONS], ids=["release", "solutions"])
+def test_provided_code_opens_folded_under_its_title_and_the_learners_cells_stay_open(path):
+    """A `#@title` cell carries Colab's and JupyterLab's fold keys; no other cell does, and no
+    cell the learner writes in starts folded (its nbgrader metadata is the source's)."""
+    nb = read_nb(path)
+    source = {nbgrader_meta(c).get("grade_id"): nbgrader_meta(c) for c in read_source().cells}
+    folded = 0
+    for cell in nb.cells:
+        titled = cell.cell_type == "code" and bool(FOLD_TITLE.match(cell.source))
+        keys = {k: cell.metadata[k] for k in ("cellView", "jupyter") if k in cell.metadata}
+        want = {"cellView": "form", "jupyter": {"source_hidden": True}} if titled else {}
+        assert keys == want, f"{cell.id}: {keys}"
+        meta = nbgrader_meta(cell)
+        assert not (titled and meta.get("solution")), f"{cell.id}: the learner's cell is folded"
+        if titled and meta:  # the release adds a checksum and the cell type, nothing else
+            declared = source[meta["grade_id"]]
+            assert {k: meta[k] for k in declared} == declared, f"{cell.id}: nbgrader changed"
+        folded += titled
+    assert folded >= 15, f"only {folded} cells fold"
+
+
+def test_no_hint_is_folded_inside_another():
+    for cell in release().cells:
+        if cell.cell_type != "markdown":
+            continue
+        depth = 0
+        for tag in re.findall(r"</?details>", cell.source):
+            depth += 1 if tag == "<details>" else -1
+            assert 0 <= depth <= 1, f"{cell.id}: a <details> inside another"
+        assert depth == 0, f"{cell.id}: an unclosed <details>"

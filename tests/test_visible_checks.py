@@ -220,7 +220,7 @@ def test_every_visible_cell_runs_its_todos_once_each_in_order_and_together_all_o
     for cell in visible_cells():
         todos = listed_todos(ast.parse(cell.source))
         cell_id = nbgrader_meta(cell)["grade_id"]
-        assert todos, f"{cell_id}: no (\"TODO N\", check) list"
+        assert todos, f'{cell_id}: no ("TODO N", check) list'
         assert todos == sorted(set(todos)), f"{cell_id}: the TODOs run in the order {todos}"
         everywhere += todos
     assert everywhere == list(range(1, len(everywhere) + 1)), everywhere
@@ -266,7 +266,9 @@ def test_measurement_cell_names_todo_9_for_a_broken_relay(cell_id):
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(3)  # not the 1 the cell times with, so a cell that forgets to restore shows
+    torch.set_num_threads(
+        3
+    )  # not the 1 the cell times with, so a cell that forgets to restore shows
     try:
         ran = run_cells((RELAY,), last_todo=10, keep_measurements=True, stop_after=cell_id)
         assert torch.get_num_threads() == 3, "the cell left torch's thread count changed"

@@ -65,7 +65,13 @@ def jupyter_lab(notebook: Path):
         root.mkdir()
         shutil.copy(notebook, root / notebook.name)
         # No "get notified about Jupyter news?" pop-up over the cells.
-        news = home / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+        news = (
+            home
+            / "settings"
+            / "@jupyterlab"
+            / "apputils-extension"
+            / "notification.jupyterlab-settings"
+        )
         news.parent.mkdir(parents=True)
         news.write_text(json.dumps({"fetchNews": "false"}), encoding="utf-8")
         port, token = free_port(), secrets.token_hex(16)
@@ -102,9 +108,17 @@ class Chromium:
 
         port = free_port()
         self.process = subprocess.Popen(
-            [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
-             f"--window-size={WIDTH},{HEIGHT}", "about:blank"],
+            [
+                browser(),
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+                f"--remote-debugging-port={port}",
+                f"--user-data-dir={profile}",
+                f"--window-size={WIDTH},{HEIGHT}",
+                "about:blank",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -138,8 +152,14 @@ class Chromium:
     def key(self, key: str, code: str, key_code: int, modifiers: int = 0) -> None:
         """Press and release one key (`modifiers`: 2 is Ctrl) in the page."""
         for kind in ("keyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", type=kind, key=key, code=code,
-                      windowsVirtualKeyCode=key_code, modifiers=modifiers)
+            self.call(
+                "Input.dispatchKeyEvent",
+                type=kind,
+                key=key,
+                code=code,
+                windowsVirtualKeyCode=key_code,
+                modifiers=modifiers,
+            )
 
     def screenshot(self, target: Path) -> Path:
         data = self.call("Page.captureScreenshot", format="png")["data"]
@@ -155,7 +175,11 @@ class Chromium:
 def scroll_and_shoot(page: Chromium, scroller: str | None, prefix: Path, pages: int) -> list[Path]:
     """A screenshot per screenful from the top, `pages` at most; `scroller` is the scrolling
     element's CSS selector, or None for the window."""
-    box = f"document.querySelector({json.dumps(scroller)})" if scroller else "document.scrollingElement"
+    box = (
+        f"document.querySelector({json.dumps(scroller)})"
+        if scroller
+        else "document.scrollingElement"
+    )
     shots = []
     for index in range(pages):
         page.evaluate(f"{box}.scrollTop = {index} * ({box}.clientHeight - 80)")
