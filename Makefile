@@ -11,7 +11,7 @@ REPORT      ?= report
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export notebooks solutions examples intake autograde test test-fast test-heavy bench compat lint clean distclean
+.PHONY: all setup sandbox export-tools export screenshots notebooks solutions examples intake autograde test test-fast test-heavy bench compat lint clean distclean
 
 all: notebooks solutions examples
 
@@ -50,6 +50,11 @@ export-tools:
 # as MathML, works offline) and .pdf.
 export: $(STAMP) export-tools
 	$(PY) -m grader.kit.publish.export --out export
+
+# A PNG per screenful of the student notebook open in JupyterLab (folds applied) and of the
+# exported solutions: build/screenshots/, for a person to look at.
+screenshots: $(STAMP) export-tools export
+	$(PY) -m grader.kit.publish.screenshots --out build/screenshots
 
 notebooks: $(STAMP)
 	$(PY) -m grader.kit.authoring.build notebooks
