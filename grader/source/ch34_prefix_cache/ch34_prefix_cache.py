@@ -251,9 +251,18 @@ def probe_cached_speedup(model, prompt, tiny, memory):
         full_s.append(time_prefill(full, repeats=1, warmup=0, synchronize=memory.synchronize))
         cached_s.append(time_prefill(cached, repeats=1, warmup=0, synchronize=memory.synchronize))
     measured = statistics.median(full_s) / statistics.median(cached_s)
+    rounds = [f / c for f, c in zip(full_s, cached_s)]  # 每轮的加速比：它们的范围就是这次的噪声
+    lo, hi = min(rounds), max(rounds)
     config = model.config
     predicted = cost_model_speedup(hit_len / tokens, tokens, non_embedding_params(model), config.n_layers, config.d_model)
-    return {"hit_len": hit_len, "full_ms": round(1e3 * statistics.median(full_s), 3), "cached_ms": round(1e3 * statistics.median(cached_s), 3), "measured": round(measured, 3), "model": round(predicted, 3), "ratio": round(measured / predicted, 3)}
+    if lo <= 1.0 <= hi or hi > 2 * lo:
+        verdict = f"各轮 {lo:.2f}–{hi:.2f}：噪声太大，不能下结论；GPU 空闲时重新运行"
+    elif lo <= predicted <= hi:
+        verdict = f"各轮 {lo:.2f}–{hi:.2f}，代价模型 {predicted:.2f} 在范围之内"
+    else:
+        verdict = f"各轮 {lo:.2f}–{hi:.2f}，整段都{'低' if hi < predicted else '高'}于代价模型 {predicted:.2f}"
+    return {"hit_len": hit_len, "full_ms": round(1e3 * statistics.median(full_s), 3), "cached_ms": round(1e3 * statistics.median(cached_s), 3), "measured": round(measured, 3),
+            "rounds_min": round(lo, 3), "rounds_max": round(hi, 3), "model": round(predicted, 3), "ratio": round(measured / predicted, 3), "verdict": verdict}
 
 
 def probe_on_device(torch, config, device, memory):
