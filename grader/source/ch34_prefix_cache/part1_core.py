@@ -427,9 +427,14 @@ def check_todo8():
 
 # (TODO, 检查, 它用到的其他 TODO)：用到的 TODO 没通过时跳过这个检查，免得把别人的错记在它头上
 PART_ONE_CHECKS = [
-    ("TODO 1", check_todo1, ()), ("TODO 2", check_todo2, ("TODO 1",)), ("TODO 3", check_todo3, ("TODO 1", "TODO 2")),
-    ("TODO 4", check_todo4, ("TODO 1",)), ("TODO 5", check_todo5, ("TODO 1", "TODO 4")), ("TODO 6", check_todo6, ("TODO 1", "TODO 2")),
-    ("TODO 7", check_todo7, ("TODO 1", "TODO 4")), ("TODO 8", check_todo8, ("TODO 1", "TODO 2", "TODO 4", "TODO 5")),
+    ("TODO 1", check_todo1, ()),
+    ("TODO 2", check_todo2, ("TODO 1",)),
+    ("TODO 3", check_todo3, ("TODO 1", "TODO 2")),
+    ("TODO 4", check_todo4, ("TODO 1",)),
+    ("TODO 5", check_todo5, ("TODO 1", "TODO 4")),
+    ("TODO 6", check_todo6, ("TODO 1", "TODO 2")),
+    ("TODO 7", check_todo7, ("TODO 1", "TODO 4")),
+    ("TODO 8", check_todo8, ("TODO 1", "TODO 2", "TODO 4", "TODO 5")),
 ]
 USED_METHOD = {todo: method for method, todo in TODO_OF_METHOD.items()}
 

@@ -598,7 +598,10 @@ def visible_check_todo10():
     try:
         tensor_result = cache.prefill(torch.tensor(prompt))
     except KeyError as error:
-        raise AssertionError(f"{where} 抛出 KeyError: {error}：self.prefix_kv 的键是普通 int 的 tuple，要用 as_token_list 之后的 tokens 切片做键，不是 token_ids") from None
+        raise AssertionError(
+            f"{where} 抛出 KeyError: {error}：self.prefix_kv 的键是普通 int 的 tuple，"
+            "要用 as_token_list 之后的 tokens 切片做键，不是 token_ids"
+        ) from None
     assert tensor_result[2] == 6, (
         f"{where} 的 hit_len 应为 6（与 list 输入相同），得到 {tensor_result[2]!r}"
     )
@@ -606,7 +609,10 @@ def visible_check_todo10():
     try:
         logits, kv, hit_len = cache.prefill([1, 2, 3, 4, 5, 6])
     except ValueError as error:
-        raise AssertionError(f"{where} 抛出 ValueError: {error}：整个 prompt 都命中时 suffix 为空，而 chunked_prefill 不接受空输入。hit_len 应取 len(prompt) - 1，最后一个 token 仍要计算") from None
+        raise AssertionError(
+            f"{where} 抛出 ValueError: {error}：整个 prompt 都命中时 suffix 为空，而 chunked_prefill "
+            "不接受空输入。hit_len 应取 len(prompt) - 1，最后一个 token 仍要计算"
+        ) from None
     assert hit_len == 5, (
         f"{where} 的 hit_len 应为 len(prompt) - 1 = 5（最后一个 token 仍要计算，才有它的 logits）"
         f"，得到 {hit_len!r}"

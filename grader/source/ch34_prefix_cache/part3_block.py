@@ -405,7 +405,15 @@ def visible_check_todo11():
         f"应返回 []：key 相同但块里的 token_ids 不同，要核对 token_ids，得到 {got!r}"
     )
     got = colliding.match([1, 2, 1, 2])
-    assert got == [first], f"TODO 11: 强制哈希碰撞时 match([1, 2, 1, 2]) 应返回 [{first}]：第二块的 key 也指向块 {first}，但它的 parent_key（None）与查询的父 key 不同，要核对 parent_key，得到 {got!r}" + ("（得到 [] 说明没有用 self._hash_block 算 key：这里的替身让它恒为 0，直接调用 hash 就查不到）" if got == [] else "")
+    assert got == [first], (
+        f"TODO 11: 强制哈希碰撞时 match([1, 2, 1, 2]) 应返回 [{first}]：第二块的 key 也指向块 {first}，"
+        "但它的 parent_key（None）与查询的父 key 不同，要核对 parent_key，"
+        f"得到 {got!r}"
+    ) + (
+        "（得到 [] 说明没有用 self._hash_block 算 key：这里的替身让它恒为 0，直接调用 hash 就查不到）"
+        if got == []
+        else ""
+    )
 
 
 class _Colliding11(BlockPrefixCache):
