@@ -19,7 +19,7 @@ LIMIT_FLAGS := $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT)) \
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export notebooks solutions examples intake autograde test test-fast test-heavy bench compat engine-diff lint clean distclean
+.PHONY: all setup sandbox export-tools export screenshots notebooks solutions examples intake autograde test test-fast test-heavy bench compat engine-diff lint clean distclean
 
 all: notebooks solutions examples
 
@@ -41,21 +41,28 @@ sandbox:
 	    echo "WARNING: bubblewrap is missing; install it (sudo apt-get install bubblewrap) or student code runs unsandboxed" >&2; \
 	  fi; }
 
-# `make export` prints the solutions with Debian's headless Chromium and needs Chinese fonts:
-# installed here when missing and we may (root, apt-get); otherwise a clear error.
+# `make export` prints the solutions with Debian's headless Chromium and needs Chinese fonts and
+# a colour emoji font (the notebook prints ✅ ❌ ⏳ 🛑): installed here when missing and we may
+# (root, apt-get); otherwise a clear error.
+EXPORT_PACKAGES := chromium fonts-noto-cjk fonts-noto-color-emoji poppler-utils
 export-tools:
-	@command -v chromium >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1 && fc-list :lang=zh | grep -q . || { \
+	@command -v chromium >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1 && fc-list :lang=zh | grep -q . && fc-list | grep -qi "color emoji" || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "installing chromium, fonts-noto-cjk and poppler-utils (to print and check the solutions)"; \
-	    apt-get update -qq && apt-get install -y -qq chromium fonts-noto-cjk poppler-utils >/dev/null; \
+	    echo "installing $(EXPORT_PACKAGES) (to print and check the solutions)"; \
+	    apt-get update -qq && apt-get install -y -qq $(EXPORT_PACKAGES) >/dev/null; \
 	  else \
-	    echo "error: make export needs chromium, fonts-noto-cjk and poppler-utils: sudo apt-get install chromium fonts-noto-cjk poppler-utils" >&2; exit 1; \
+	    echo "error: make export needs $(EXPORT_PACKAGES): sudo apt-get install $(EXPORT_PACKAGES)" >&2; exit 1; \
 	  fi; }
 
 # The solutions for students, after the deadline: export/ch34_prefix_cache_solutions.html (maths
 # as MathML, works offline) and .pdf.
 export: $(STAMP) export-tools
 	$(PY) -m grader.kit.publish.export --out export
+
+# A PNG per screenful of the student notebook open in JupyterLab (folds applied) and of the
+# exported solutions: build/screenshots/, for a person to look at.
+screenshots: $(STAMP) export-tools export
+	$(PY) -m grader.kit.publish.screenshots --out build/screenshots
 
 notebooks: $(STAMP)
 	$(PY) -m grader.kit.authoring.build notebooks

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.request
+from contextlib import contextmanager
 
 import pytest
 import websocket
@@ -94,10 +95,25 @@ def test_browser_draws_the_chinese_with_a_chinese_font_and_the_maths_with_glyphs
 
 def platform_fonts(url: str, selectors: list[str]) -> list[list[dict]]:
     """For each CSS selector, the platform fonts headless Chromium drew its first match with."""
+    with devtools(url) as call:
+        call("DOM.enable")
+        call("CSS.enable")
+        root = call("DOM.getDocument")["root"]["nodeId"]
+        found = []
+        for selector in selectors:
+            node = call("DOM.querySelector", nodeId=root, selector=selector)["nodeId"]
+            assert node, f"nothing matches {selector}"
+            found.append(call("CSS.getPlatformFontsForNode", nodeId=node)["fonts"])
+        return found
+
+
+@contextmanager
+def devtools(url: str):
+    """Headless Chromium with `url` loaded; yields `call(method, **params)` (DevTools protocol)."""
     profile = tempfile.mkdtemp(prefix="ch34-cdp-")
     proc = subprocess.Popen(
         [browser(), "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}"]
-        + ["--remote-debugging-port=0", "about:blank"],
+        + ["--remote-debugging-port=0", "--window-size=1200,1600", "about:blank"],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -122,20 +138,62 @@ def platform_fonts(url: str, selectors: list[str]) -> list[list[dict]]:
         call("Page.navigate", url=url)
         while json.loads(ws.recv()).get("method") != "Page.loadEventFired":
             pass
-        call("DOM.enable")
-        call("CSS.enable")
-        root = call("DOM.getDocument")["root"]["nodeId"]
-        found = []
-        for selector in selectors:
-            node = call("DOM.querySelector", nodeId=root, selector=selector)["nodeId"]
-            assert node, f"nothing matches {selector}"
-            found.append(call("CSS.getPlatformFontsForNode", nodeId=node)["fonts"])
+        yield call
         ws.close()
-        return found
     finally:
         proc.kill()
         proc.wait()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_printed_code_wraps_tables_keep_numbers_whole_and_emoji_have_a_font(exported):
+    """As the PDF lays the page out (print media, the width inside an A4 page's margins): no
+    code or output line runs past the page, no cell of a computed table breaks across lines,
+    a folded cell prints its title, ✅ is drawn in colour."""
+    url = (exported / HTML_NAME).as_uri()
+    with devtools(url) as call:
+        call("Emulation.setEmulatedMedia", media="print")
+        page_px = round((210 - 2 * 15) / 25.4 * 96)  # @page A4, 15 mm margins, CSS pixels
+        call(
+            "Emulation.setDeviceMetricsOverride",
+            width=page_px,
+            height=1000,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+
+        def value(expression):
+            return call("Runtime.evaluate", expression=expression, returnByValue=True)["result"][
+                "value"
+            ]
+
+        overflowing = value(
+            "[...document.querySelectorAll('.jp-Cell pre')].filter(p => p.scrollWidth > "
+            f"p.clientWidth + 1 || p.getBoundingClientRect().right > {page_px} + 1)"
+            ".map(p => p.textContent.slice(0, 60))"
+        )
+        assert overflowing == [], overflowing
+        lines = value(  # the line boxes each table cell's text takes
+            "[...document.querySelectorAll('.jp-OutputArea-output table td')].map(td => {"
+            " const r = document.createRange(); r.selectNodeContents(td);"
+            " return [td.textContent, new Set([...r.getClientRects()].map(b => b.top)).size]; })"
+        )
+        assert len(lines) > 100, "the computed tables are HTML tables"
+        broken = [text for text, count in lines if count > 1]
+        assert broken == [], broken[:5]
+        wide = value(
+            "[...document.querySelectorAll('.jp-OutputArea-output table')]"
+            f".filter(t => t.getBoundingClientRect().right > {page_px} + 1).length"
+        )
+        assert wide == 0, f"{wide} tables run past the page"
+        probe = value(  # the GPU probe, the last cell: 245 lines in the notebook, folded
+            "[...document.querySelectorAll('.jp-Cell')].pop()"
+            ".querySelector('.jp-InputArea pre').textContent"
+        )
+        assert "@title" in probe and "RUN_MODE" not in probe, probe[:200]
+    (checks,) = platform_fonts(url, ['[id="cell-id=visible_tests"] .jp-OutputArea-output pre'])
+    emoji = [f for f in checks if "emoji" in f["familyName"].lower()]
+    assert emoji and emoji[0]["glyphCount"] > 0, checks
 
 
 def test_maths_in_code_stays_code_and_dollar_amounts_stay_text():

@@ -673,6 +673,18 @@ def test_arbitrary_bytes_raise_only_ungradable(raw):
 @pytest.mark.skipif(
     not REAL_NOTEBOOK.exists(), reason="notebooks/ch34_prefix_cache.ipynb is not generated yet"
 )
+def test_real_notebook_as_released_needs_no_repair_and_keeps_its_folds():
+    release = nbformat.read(REAL_NOTEBOOK, as_version=4)
+    result = normalize_submission(REAL_NOTEBOOK.read_bytes(), release)
+    assert result.repairs == []
+    folded = [c.id for c in result.notebook.cells if c.metadata.get("cellView") == "form"]
+    assert folded == [c.id for c in release.cells if c.metadata.get("cellView") == "form"]
+    assert folded
+
+
+@pytest.mark.skipif(
+    not REAL_NOTEBOOK.exists(), reason="notebooks/ch34_prefix_cache.ipynb is not generated yet"
+)
 def test_real_notebook_stripped_of_all_metadata_is_reattached():
     release = nbformat.read(REAL_NOTEBOOK, as_version=4)
     solutions = nbformat.read(REAL_SOLUTIONS, as_version=4) if REAL_SOLUTIONS.exists() else None

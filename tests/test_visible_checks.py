@@ -6,6 +6,7 @@ the mistake is in, and no other TODO before it. Runs the reference's code cells 
 as `test_checks.py` does, but keeps what each visible cell printed.
 """
 
+import ast
 import copy
 import io
 import re
@@ -151,6 +152,107 @@ def test_every_core_skeleton_ends_with_its_return():
         )
 
 
+# --- each visible cell lists its TODOs once, in order, and every message names its TODO --------
+
+_TODO_ENTRY = re.compile(r"TODO (\d+)")
+_CHECK_FUNCTION = re.compile(r"check_todo(\d+)")
+
+
+def visible_cells():
+    """The source's visible check cells, in notebook order."""
+    return [c for c in SOURCE.cells if nbgrader_meta(c).get("grade_id", "").startswith("visible")]
+
+
+def listed_todos(tree) -> list[int]:
+    """The TODO numbers of every `("TODO N", check, ...)` entry (a check function named second)
+    of a list or tuple literal in `tree`, in source order: the order a runner goes through them
+    and prints a line for each."""
+    entries = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.List, ast.Tuple)):
+            for element in node.elts:
+                if not (isinstance(element, ast.Tuple) and len(element.elts) >= 2):
+                    continue
+                head, check = element.elts[:2]
+                if isinstance(head, ast.Constant) and isinstance(check, ast.Name):
+                    match = _TODO_ENTRY.fullmatch(str(head.value))
+                    if match:
+                        where = (element.lineno, element.col_offset)
+                        entries.append((where, int(match.group(1))))
+    return [number for _, number in sorted(entries)]
+
+
+def message_heads(message, function) -> list[str]:
+    """How a check's failure message can start: its leading text, or, where it opens with
+    `{where}`, each string that `function` assigns to `where`."""
+    if isinstance(message, ast.BinOp):  # "..." + (...)
+        return message_heads(message.left, function)
+    if isinstance(message, ast.Constant):
+        return [str(message.value)]
+    if isinstance(message, ast.JoinedStr) and message.values:
+        first = message.values[0]
+        if isinstance(first, ast.Constant):
+            return [first.value]
+        if isinstance(first, ast.FormattedValue) and isinstance(first.value, ast.Name):
+            name = first.value.id
+            return [
+                node.value.value
+                for node in ast.walk(function)
+                if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+                and isinstance(node.value, ast.Constant)
+            ] or [f"{{{name}}}"]
+    return [ast.unparse(message)]
+
+
+def failure_messages(function):
+    """Each assert message and each `raise AssertionError(...)` argument in `function`."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assert):
+            yield node.lineno, node.msg
+        elif isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            if getattr(node.exc.func, "id", "") == "AssertionError" and node.exc.args:
+                yield node.lineno, node.exc.args[0]
+
+
+def test_every_visible_cell_runs_its_todos_once_each_in_order_and_together_all_of_them():
+    everywhere = []
+    for cell in visible_cells():
+        todos = listed_todos(ast.parse(cell.source))
+        cell_id = nbgrader_meta(cell)["grade_id"]
+        assert todos, f'{cell_id}: no ("TODO N", check) list'
+        assert todos == sorted(set(todos)), f"{cell_id}: the TODOs run in the order {todos}"
+        everywhere += todos
+    assert everywhere == list(range(1, len(everywhere) + 1)), everywhere
+
+
+def test_every_message_of_a_visible_check_names_its_own_todo():
+    checked = 0
+    for cell in visible_cells():
+        for function in ast.walk(ast.parse(cell.source)):
+            named = isinstance(function, ast.FunctionDef) and _CHECK_FUNCTION.search(function.name)
+            if not named:
+                continue
+            own = f"TODO {named.group(1)}"
+            for lineno, message in failure_messages(function):
+                assert message is not None, f"{function.name} line {lineno}: no message"
+                for head in message_heads(message, function):
+                    checked += 1
+                    assert re.match(rf"{own}\b(?! *[–-])", head), (
+                        f"{function.name} line {lineno}: the message starts {head[:40]!r}, "
+                        f"not {own!r}"
+                    )
+    assert checked >= 60, f"only {checked} messages found: the walk misses the checks"
+
+
+def test_the_numbering_check_finds_a_todo_listed_twice_or_out_of_order():
+    twice = 'CHECKS = [("TODO 1", a, ()), ("TODO 6", b, ()), ("TODO 8", c, ()), ("TODO 6", d, ())]'
+    assert listed_todos(ast.parse(twice)) == [1, 6, 8, 6]
+    wrong = ast.parse('def check_todo7():\n    assert x, f"TODO 6: got {x}"').body[0]
+    heads = [h for _, m in failure_messages(wrong) for h in message_heads(m, wrong)]
+    assert heads == ["TODO 6: got "]
+
+
 # --- the measurement cells check their inputs, pin their threads and show their spread ----------
 
 RELAY = (
@@ -164,7 +266,9 @@ def test_measurement_cell_names_todo_9_for_a_broken_relay(cell_id):
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(3)  # not the 1 the cell times with, so a cell that forgets to restore shows
+    torch.set_num_threads(
+        3
+    )  # not the 1 the cell times with, so a cell that forgets to restore shows
     try:
         ran = run_cells((RELAY,), last_todo=10, keep_measurements=True, stop_after=cell_id)
         assert torch.get_num_threads() == 3, "the cell left torch's thread count changed"
@@ -216,7 +320,7 @@ def test_speedup_rows_show_their_spread_and_the_h0_row_is_the_noise_floor(refere
     assert hit["hit_len"] == 72 and hit["model"] > 1
     verdicts = ns["speedup_verdicts"](rows)
     assert len(verdicts) == 1 and verdicts[0].startswith("h = 0.75：实测 ")
-    assert any(w in verdicts[0] for w in ("之内", "比模型慢", "比模型快"))
+    assert any(w in verdicts[0] for w in ("之内", "比模型慢", "比模型快", "不能下结论"))
     table = ns["format_table"](rows, ns["SPEEDUP_COLUMNS"])
     assert "各轮最小" in table and "各轮最大" in table
 
@@ -249,6 +353,11 @@ def test_speedup_verdicts_judge_against_the_rows_range():
         ns["speedup_verdicts"]([noise, row(0.5, 2.0, 2.1, 2.2, 1.9)]),
     )
     assert "之内" in inside[0] and "比模型慢" in slower[0] and "比模型快" in faster[0]
+    # A range that also holds "no speedup" (ratio 1), or spans more than a factor two, concludes
+    # nothing, even with the model inside it (a busy CPU once gave 0.36-1.36 "consistent").
+    for busy in (row(0.5, 0.36, 0.9, 1.36, 1.9), row(0.9, 1.1, 3.0, 5.0, 4.0)):
+        (verdict,) = ns["speedup_verdicts"]([noise, busy])
+        assert "噪声太大，不能下结论" in verdict and "之内" not in verdict, verdict
 
 
 SCHEDULER_MISTAKES = [m for m in VISIBLE if m.loses and todo_of(m) >= 15]

@@ -31,6 +31,7 @@ from ..paths import ASSIGNMENT, GRADING_COURSE, REPO_ROOT, STUDENT_RELEASE
 from ..sandbox.kernel_setup import kernel_tempdir
 from .nbsource import (
     colab_texts,
+    fold_keys,
     github_repo,
     inline_checks,
     nbgrader_meta,
@@ -154,14 +155,21 @@ def execute(nb, workdir: Path, *, kernel_name: str = "python3", allow_errors: bo
 
 
 def canonical(nb: nbformat.NotebookNode, *, keep_outputs: bool = False) -> nbformat.NotebookNode:
-    """Deterministic ids, minimal metadata, and (unless `keep_outputs`) no outputs."""
+    """Deterministic ids, minimal metadata, and (unless `keep_outputs`) no outputs.
+
+    A `#@title` cell gets the keys that start it folded (`nbsource.fold_keys`); no other cell
+    keeps any, so a fold follows the source and nothing else.
+    """
     nb.nbformat, nb.nbformat_minor = 4, 5
     nb.metadata = nbformat.from_dict(NOTEBOOK_METADATA)
     for index, cell in enumerate(nb.cells):
         grade_id = nbgrader_meta(cell).get("grade_id")
         cell.id = grade_id if grade_id else f"cell-{index:03d}"
         cell.metadata = nbformat.from_dict(
-            {k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA}
+            {
+                **{k: v for k, v in cell.metadata.items() if k in KEPT_CELL_METADATA},
+                **fold_keys(cell),
+            }
         )
         if cell.cell_type == "code":
             if not keep_outputs:

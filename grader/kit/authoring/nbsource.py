@@ -310,6 +310,30 @@ def _parsed_source(path: Path, stamp: tuple) -> nbformat.NotebookNode:
     return nb
 
 
+# Provided code a learner is not asked to read opens folded: a code cell whose first line is
+# `#@title <what it provides>` (Colab's form syntax; `# @title`, as ruff format and newer Colab
+# write it, too) gets both platforms' fold keys (`fold_keys`).
+_FOLD_TITLE = re.compile(r"\A# ?@title[ \t]+(\S[^\n]*?)[ \t]*$", re.MULTILINE)
+
+
+def fold_title(cell) -> str | None:
+    """The title of a code cell that starts folded (its `#@title` first line), else None."""
+    if cell.get("cell_type") != "code":
+        return None
+    match = _FOLD_TITLE.match(cell.get("source", ""))
+    return match.group(1) if match else None
+
+
+def fold_keys(cell) -> dict:
+    """The cell metadata that folds a `#@title` cell's code behind its title when it opens:
+    `cellView: "form"` (Colab shows the title only) and `jupyter.source_hidden` (JupyterLab
+    collapses the input). {} for any other cell. The source, and so nbgrader's checksum of a
+    locked cell, is the same folded or not."""
+    if fold_title(cell) is None:
+        return {}
+    return {"cellView": "form", "jupyter": {"source_hidden": True}}
+
+
 def nbgrader_meta(cell) -> dict:
     """The cell's nbgrader metadata, or {} for a plain cell."""
     return dict(cell.get("metadata", {}).get("nbgrader", {}))

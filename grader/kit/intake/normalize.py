@@ -62,7 +62,8 @@ def repairs_summary(repairs: list[str]) -> str:
 # ---------------------------------------------------------------------------------- reading
 
 _ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")  # nbformat 4.5's cell id pattern
-_COLAB_CELL_KEYS = {"colab", "colab_type", "id", "outputId", "executionInfo", "cellView"}
+# Not `cellView`: the release itself folds its provided cells with it (a `#@title` cell).
+_COLAB_CELL_KEYS = {"colab", "colab_type", "id", "outputId", "executionInfo"}
 _COLAB_NB_KEYS = {"colab", "accelerator", "gpuClass", "widgets"}
 
 

@@ -6,9 +6,11 @@ Reads the committed, executed solutions notebook (`solutions/`) and writes
 `export/ch34_prefix_cache_solutions.html` and `.pdf`. The HTML needs no network: nbconvert's
 template would load MathJax (and require.js) from a CDN, so the maths is converted to MathML
 here (latex2mathml; Chromium and Firefox render MathML natively), the template's scripts are
-(MathJax, require.js, mermaid) dropped, plots are embedded and pictures on the web (the Colab badge) become links. The PDF is
-that HTML printed by Debian's headless Chromium (`make export` installs it, and the Chinese
-fonts, when it may).
+(MathJax, require.js, mermaid) dropped, plots are embedded and pictures on the web (the Colab
+badge) become links. A cell the notebook opens folded (`#@title`) shows its title only; code and
+printed output wrap at the margin; computed tables keep each number on one line. The PDF is
+that HTML printed by Debian's headless Chromium (`make export` installs it, the Chinese fonts
+and the colour emoji font, when it may).
 """
 
 from __future__ import annotations
@@ -38,15 +40,32 @@ TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block html_head_css -%}{{ super() }}<style>
 :root {
-  --ch34-sans: system-ui, "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", sans-serif;
+  --ch34-emoji: "Noto Color Emoji", "Apple Color Emoji", "Segoe UI Emoji";
+  --ch34-sans: system-ui, "Noto Sans CJK SC", "PingFang SC", "Microsoft YaHei", var(--ch34-emoji), sans-serif;
   --jp-content-font-family: var(--ch34-sans);
   --jp-ui-font-family: var(--ch34-sans);
+  --jp-code-font-family: "DejaVu Sans Mono", "Noto Sans Mono CJK SC", monospace, var(--ch34-emoji);
 }
 math[display="block"] { margin: 1em 0; font-size: 1.15em; }
+/* Code and printed output wrap at the margin instead of running off it (a page cannot scroll). */
+.jp-Cell pre { white-space: pre-wrap; overflow-wrap: break-word; }
+/* Computed tables: a number never breaks across lines (headings may); a wide table gets smaller
+   type in print instead of a scroll bar that paper cannot use. */
+.jp-OutputArea-output table td { white-space: nowrap; }
+.jp-RenderedHTMLCommon td { overflow-wrap: normal; word-break: keep-all; }
 @page { size: A4; margin: 15mm; }
-@media print { .jp-Cell { break-inside: avoid-page; } }
+@media print {
+  .jp-Cell { break-inside: avoid-page; }
+  .jp-Cell pre { font-size: 11px; line-height: 1.3; }
+  .jp-OutputArea-output, .jp-OutputArea-output.jp-RenderedHTMLCommon { overflow: visible; }
+  .jp-OutputArea-output table { font-size: 9px; }
+  .jp-OutputArea-output table th { white-space: normal; }
+  .jp-OutputArea-output img { max-width: 100%; height: auto; }
+}
 </style>{%- endblock html_head_css -%}
 """
+# A folded cell (`#@title`, `jupyter.source_hidden`) prints as its title, as the notebook opens.
+FOLDED_NOTE = "# （提供的代码，在 notebook 里默认折叠：展开这一格可以看到全部）"
 # Code (fenced blocks, inline spans) is left alone; maths is $$...$$ or $...$ outside it.
 CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.DOTALL)
 DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.DOTALL)
@@ -75,6 +94,8 @@ def export_html(solutions: Path, target: Path) -> Path:
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = markdown_with_mathml(cell.source)
+        elif cell.metadata.get("jupyter", {}).get("source_hidden"):
+            cell.source = f"{cell.source.splitlines()[0]}\n{FOLDED_NOTE}"
     exporter = HTMLExporter(
         extra_loaders=[DictLoader({"ch34_export.html.j2": TEMPLATE})],
         template_file="ch34_export.html.j2",
@@ -93,7 +114,8 @@ def browser() -> str:
             return name
     raise ExportError(
         "error: no Chromium to print the PDF with: run `make export` as root (it installs "
-        "Debian's chromium and fonts-noto-cjk) or `sudo apt-get install chromium fonts-noto-cjk`"
+        "Debian's chromium and the fonts) or `sudo apt-get install chromium fonts-noto-cjk "
+        "fonts-noto-color-emoji`"
     )
 
 

@@ -20,9 +20,9 @@
 # **怎么运行这本 notebook**
 # - **Google Colab：** {{colab_howto}}
 # - **魔搭社区（ModelScope）：** 登录后进入「我的 Notebook」，启动免费的 CPU 实例（做最后的 GPU 实验时选 GPU 实例），在 JupyterLab 左侧上传本 `.ipynb` 文件后双击打开。
-# - 本 notebook 只依赖 Python 标准库和 PyTorch（Colab 与魔搭实例都已预装），不从仓库里 import 任何东西，单个文件即可运行。
+# - 本 notebook 只依赖 Python 标准库和 PyTorch（Colab 与魔搭实例都已预装），不 import 任何课程代码，只要这一个 `.ipynb` 文件就能运行。
 # - **最低版本：** Python 3.10、PyTorch 1.11。Colab 默认运行时（Python 3.13、torch 2.11）和魔搭的镜像（Python 3.12、torch 2.10；旧镜像 Python 3.11、torch 2.3.1）都满足。
-# - **已验证的平台：** 2026-12-02 用 `make compat` 在 CPU 上逐一运行了答案版的全部 76 个代码单元格：Colab 默认运行时（Python 3.13.0、torch 2.11.0）、魔搭（Python 3.12.1、torch 2.10.0；旧镜像 Python 3.11.7、torch 2.3.1）和最低版本（Python 3.10.13、torch 1.11.0）都通过，没有报错，也没有警告。
+# - **已验证的平台：** 2026-12-02 课程维护者在 CPU 上把答案版 notebook 从头到尾逐格运行了一遍：Colab 默认运行时（Python 3.13.0、torch 2.11.0）、魔搭（Python 3.12.1、torch 2.10.0；旧镜像 Python 3.11.7、torch 2.3.1）和最低版本（Python 3.10.13、torch 1.11.0）都通过，没有报错，也没有警告。
 #
 # **分值：** {{grading_summary}}；最后的 GPU 实验不计分（分值按老师的设置）。每个 TODO 的分数拆到几个评分单元格里（基本行为、边界情况、返回类型、不修改输入……），错一处只扣那一格的分，一个 TODO 写错也不会连累别的 TODO。
 #
@@ -67,12 +67,13 @@
 # - **怎么量的。** 每个峰值都是“这次测量中的最高占用 − 测量开始前已经占用的显存”（`torch.cuda.max_memory_allocated` 减去 `memory_allocated`），所以模型权重、上一次运行留下的 cuBLAS 工作区都不算在内；它包括分数张量的几份拷贝、掩码、KV 和激活，不只是分数张量。每段计时前后都 `synchronize`，prompt 在计时开始前就已经是 GPU 上的张量。
 # - **显存不够时**，那一行写“out of memory at N tokens”，其余各行照常打印，显存随即释放。
 # - 默认 `RUN_MODE = 'dry_run'`：只用中文打印实验计划（要量什么、各项的解析值，单位 MiB = 2²⁰ 字节），并写明没有用到 GPU；不导入 torch、不申请任何 CUDA 张量，在任何机器上都能运行。
-# - 在 Colab（「代码执行程序 → 更改运行时类型 → GPU」）或魔搭的 GPU 实例上，把 `RUN_MODE` 改成 `'real_gpu'` 再运行，会得到真实的峰值显存。合成部分用 float16：Colab 的 T4 不支持 bfloat16。
+# - 在 Colab（「代码执行程序 → 更改运行时类型 → GPU」）或魔搭的 GPU 实例上，把 `RUN_MODE` 改成 `'real_gpu'` 再运行，会得到真实的峰值显存（这个单元格的代码默认折叠：Colab 的表单里直接在下拉框选 `RUN_MODE`；JupyterLab 里点单元格左侧的蓝条或“…”展开，改开头那一行）。合成部分用 float16：Colab 的 T4 不支持 bfloat16。
 # - 在没有 CUDA 的机器上选 `'real_gpu'` 会得到一条说明原因的错误；`RUN_MODE` 写错也会直接报错。
 
 # %%
+#@title GPU 可选实验：配置、计时与检查（默认只打印计划）
 # GPU 可选实验的配置：默认只打印计划，不申请 CUDA 张量。
-RUN_MODE = "dry_run"  # 'dry_run' 或 'real_gpu'
+RUN_MODE = "dry_run"  #@param ["dry_run", "real_gpu"]
 CHUNK_GPU_PROBE = {
     "suffix_tokens": 4096,
     "hidden_size": 1024,
@@ -250,9 +251,18 @@ def probe_cached_speedup(model, prompt, tiny, memory):
         full_s.append(time_prefill(full, repeats=1, warmup=0, synchronize=memory.synchronize))
         cached_s.append(time_prefill(cached, repeats=1, warmup=0, synchronize=memory.synchronize))
     measured = statistics.median(full_s) / statistics.median(cached_s)
+    rounds = [f / c for f, c in zip(full_s, cached_s)]  # 每轮的加速比：它们的范围就是这次的噪声
+    lo, hi = min(rounds), max(rounds)
     config = model.config
     predicted = cost_model_speedup(hit_len / tokens, tokens, non_embedding_params(model), config.n_layers, config.d_model)
-    return {"hit_len": hit_len, "full_ms": round(1e3 * statistics.median(full_s), 3), "cached_ms": round(1e3 * statistics.median(cached_s), 3), "measured": round(measured, 3), "model": round(predicted, 3), "ratio": round(measured / predicted, 3)}
+    if lo <= 1.0 <= hi or hi > 2 * lo:
+        verdict = f"各轮 {lo:.2f}–{hi:.2f}：噪声太大，不能下结论；GPU 空闲时重新运行"
+    elif lo <= predicted <= hi:
+        verdict = f"各轮 {lo:.2f}–{hi:.2f}，代价模型 {predicted:.2f} 在范围之内"
+    else:
+        verdict = f"各轮 {lo:.2f}–{hi:.2f}，整段都{'低' if hi < predicted else '高'}于代价模型 {predicted:.2f}"
+    return {"hit_len": hit_len, "full_ms": round(1e3 * statistics.median(full_s), 3), "cached_ms": round(1e3 * statistics.median(cached_s), 3), "measured": round(measured, 3),
+            "rounds_min": round(lo, 3), "rounds_max": round(hi, 3), "model": round(predicted, 3), "ratio": round(measured / predicted, 3), "verdict": verdict}
 
 
 def probe_on_device(torch, config, device, memory):

@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 
 # %% nbgrader={"grade": false, "grade_id": "kv_visible_runner", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 可见检查的运行工具（第二、三部分共用）：逐个运行检查，每个 TODO 一行结果
 # 第二、三部分的可见检查共用的小工具：逐个运行检查，每个 TODO 打印一行结果，最后抛出第一个失败。
 # 只用标准库：第三部分不需要 torch，装了 torch 时才把线程数临时设为 1。
 import sys
@@ -112,6 +113,58 @@ def run_visible_checks(checks):
         torch_module.set_num_threads(threads)
     if failures:
         raise failures[0]
+
+
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "table_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 显示表格的小工具：Jupyter / Colab 里画成表格，纯 Python 里打印文本
+import re
+from html import escape
+
+
+def format_table(rows, columns) -> str:
+    """rows: dict 的列表；columns: (键, 表头, 格式) 的列表，例如 ("h", "命中率 h", "{:.2f}")；返回 Markdown 表格。"""
+    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in columns) + " |")
+    return "\n".join(lines)
+
+
+class Table:
+    """一张算出来的表。Jupyter / Colab 显示它的 HTML（数字右对齐、不在数字中间折行），别处显示 Markdown 文本。"""
+
+    def __init__(self, rows, columns):
+        self.rows, self.columns = list(rows), list(columns)
+
+    def __repr__(self):
+        return format_table(self.rows, self.columns)
+
+    def _repr_html_(self):
+        head = "".join(f"<th>{escape(title)}</th>" for _, title, _ in self.columns)
+        body = "".join(
+            "<tr>" + "".join(self._cell(row[key], fmt) for key, _, fmt in self.columns) + "</tr>" for row in self.rows
+        )
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    @staticmethod
+    def _cell(value, fmt):
+        text = fmt.format(value)
+        align = "right" if re.match(r"[-+−]?[0-9.,]", text) else "left"  # 数字右对齐，文字左对齐
+        return f'<td style="text-align: {align}; white-space: nowrap">{escape(text)}</td>'
+
+
+def show_table(rows, columns) -> None:
+    """在 Jupyter / Colab 里显示渲染好的表格；没有 IPython 的地方（纯 Python 运行）打印 Markdown 文本。"""
+    table = Table(rows, columns)
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # 纯 Python：没有 IPython 也照样能读
+        print(repr(table))
+        return
+    if get_ipython() is None:
+        print(repr(table))
+    else:
+        display(table)
 
 
 # %% [markdown]
@@ -341,20 +394,22 @@ def chunked_prefill(model, token_ids, chunk_size, past_kv=None):
 # %% [markdown]
 # #### 提示：TODO 9
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 9 · 提示 1</summary>
 #
 # 模型怎么知道第二块的第一个 token 在哪个位置、能看到哪些 key？全靠你传给它的 `past_kv`。
+#
+# </details>
 #
 # <details><summary>TODO 9 · 提示 2</summary>
 #
 # 每块调用一次模型，把**这一次返回的** `past_kv` 留下来交给下一次调用（第一次用调用者传进来的那个）；每块的 logits 收进一个列表，最后沿第 0 维拼起来，和最后一块返回的 `past_kv` 一起返回。
 #
 # </details>
-# </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo9", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title TODO 9 的可见检查：运行即可
 # 运行此单元格检查 TODO 9：两条基本路径（无前缀、带前缀 past_kv），一秒内跑完；评分时还有 4 格隐藏检查。
 def visible_check_todo9():
     model = TinyCausalLM(TinyConfig(), seed=1)
@@ -362,22 +417,46 @@ def visible_check_todo9():
     full_logits, _ = model(prompt)
     where = "TODO 9: chunked_prefill(model, 13 个 token, chunk_size=5)"
     result = chunked_prefill(model, prompt, 5)
-    assert isinstance(result, tuple) and len(result) == 2, f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}：函数末尾是否缺了 return？"
+    assert isinstance(result, tuple) and len(result) == 2, (
+        f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}："
+        "函数末尾是否缺了 return？"
+    )
     logits, kv = result
-    assert tuple(logits.shape) == (13, 64), f"{where} 的 logits 形状应为 (13, 64)（3 块的 logits 按顺序拼接），得到 {tuple(logits.shape)}"
+    assert tuple(logits.shape) == (13, 64), (
+        f"{where} 的 logits 形状应为 (13, 64)（3 块的 logits 按顺序拼接），得到 "
+        f"{tuple(logits.shape)}"
+    )
     gap = (logits - full_logits).abs().max().item()
-    assert torch.allclose(logits, full_logits, rtol=1e-4, atol=1e-5), f"{where} 的 logits 应与一次完整前向 model(prompt) 相同，最大误差 {gap:.1e}：每块要带上一块返回的 past_kv"
-    assert kv_length(kv) == 13, f"{where} 返回的 past_kv 应覆盖 13 个 token，得到 {kv_length(kv)} 个"
+    assert torch.allclose(logits, full_logits, rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应与一次完整前向 model(prompt) 相同，最大误差 {gap:.1e}："
+        "每块要带上一块返回的 past_kv"
+    )
+    assert kv_length(kv) == 13, (
+        f"{where} 返回的 past_kv 应覆盖 13 个 token，得到 {kv_length(kv)} 个"
+    )
     _, prefix_kv = model(prompt[:6])
     where = "TODO 9: chunked_prefill(model, 后 7 个 token, chunk_size=3, past_kv=前 6 个 token 的 KV)"
     result = chunked_prefill(model, prompt[6:], 3, past_kv=prefix_kv)
-    assert isinstance(result, tuple) and len(result) == 2, f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}：函数末尾是否缺了 return？"
+    assert isinstance(result, tuple) and len(result) == 2, (
+        f"{where} 应返回 (logits, past_kv) 二元组，得到 {type(result).__name__}："
+        "函数末尾是否缺了 return？"
+    )
     logits, kv = result
-    assert tuple(logits.shape) == (7, 64), f"{where} 的 logits 形状应为 (7, 64)，得到 {tuple(logits.shape)}"
+    assert tuple(logits.shape) == (7, 64), (
+        f"{where} 的 logits 形状应为 (7, 64)，得到 {tuple(logits.shape)}"
+    )
     gap = (logits - full_logits[6:]).abs().max().item()
-    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}：第一块要接着传入的 past_kv 算"
-    assert kv_length(kv) == 13, f"{where} 返回的 past_kv 应覆盖前缀 6 + 新 token 7 = 13 个位置，得到 {kv_length(kv)} 个"
-    assert kv_length(prefix_kv) == 6, f"{where} 不应修改传入的 past_kv：它原本覆盖 6 个 token，现在是 {kv_length(prefix_kv)} 个"
+    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}：第一块要接着传入的 "
+        "past_kv 算"
+    )
+    assert kv_length(kv) == 13, (
+        f"{where} 返回的 past_kv 应覆盖前缀 6 + 新 token 7 = 13 个位置，得到 {kv_length(kv)} 个"
+    )
+    assert kv_length(prefix_kv) == 6, (
+        f"{where} 不应修改传入的 past_kv：它原本覆盖 6 个 token，现在是 {kv_length(prefix_kv)} "
+        "个"
+    )
 
 
 run_visible_checks([("TODO 9", visible_check_todo9)])
@@ -459,31 +538,34 @@ class KVPrefixCache:
 # %% [markdown]
 # #### 提示：TODO 10
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 10 · add_prefix · 提示 1</summary>
 #
 # `add_prefix` 要做两件事：把前缀的 KV 存进字典，在账本里登记。先做哪件？怎样认出已经登记过的前缀？
+#
+# </details>
 #
 # <details><summary>TODO 10 · add_prefix · 提示 2</summary>
 #
 # 用 `tuple(tokens)` 作键；键不在字典里时才用 `chunked_prefill`（`chunk_size = self.block_size`）算出 KV 存进去，然后再调用账本的 `add_prefix`。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 10 · prefill · 提示 1</summary>
 #
 # 整个 prompt 都命中时，还剩几个 token 要送进模型？最后一个位置的 logits 从哪里来？
+#
+# </details>
 #
 # <details><summary>TODO 10 · prefill · 提示 2</summary>
 #
 # `hit_len` 取账本的命中长度与 `len(tokens) - 1` 中较小的一个。字典的键是命中的那个**完整**前缀（长度是账本的命中长度，不是 `hit_len`），用 `tokens` 而不是 `token_ids` 切；取出的 KV 每层只留前 `hit_len` 个位置（切片是新的视图，不写回字典），再把 `hit_len` 之后的 token 交给 `chunked_prefill` 接着算。
 #
 # </details>
-# </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo10", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title TODO 10 的可见检查：运行即可
 # 运行此单元格检查 TODO 10：命中一个登记过的前缀、完整命中，一秒内跑完；评分时还有 5 格隐藏检查。
 def visible_check_todo10():
     """KVPrefixCache 用到第一部分的账本和 TODO 9：它们还没通过时跳过，免得把别的 TODO 的错记在 TODO 10 头上。"""
@@ -512,23 +594,43 @@ def visible_check_todo10():
     where = "TODO 10: add_prefix([1, 2, 3, 4, 5, 6]) 之后 prefill([1, 2, 3, 4, 5, 6, 7, 8, 9])"
     logits, kv, hit_len = cache.prefill(prompt)
     assert hit_len == 6, f"{where} 的 hit_len 应为 6，得到 {hit_len!r}"
-    assert tuple(logits.shape) == (3, 64), f"{where} 的 logits 只含算出来的 3 个 suffix token，形状应为 (3, 64)，得到 {tuple(logits.shape)}"
+    assert tuple(logits.shape) == (3, 64), (
+        f"{where} 的 logits 只含算出来的 3 个 suffix token，形状应为 (3, 64)，得到 "
+        f"{tuple(logits.shape)}"
+    )
     gap = (logits - full_logits[6:]).abs().max().item()
-    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}"
-    assert kv_length(kv) == 9, f"{where} 返回的 past_kv 应覆盖整个 prompt 的 9 个 token，得到 {kv_length(kv)} 个"
+    assert torch.allclose(logits, full_logits[6:], rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应等于完整前向的 logits[6:]，最大误差 {gap:.1e}"
+    )
+    assert kv_length(kv) == 9, (
+        f"{where} 返回的 past_kv 应覆盖整个 prompt 的 9 个 token，得到 {kv_length(kv)} 个"
+    )
     where = "TODO 10: prefill(torch.tensor([1, 2, 3, 4, 5, 6, 7, 8, 9]))（LongTensor 输入）"
     try:
         tensor_result = cache.prefill(torch.tensor(prompt))
     except KeyError as error:
-        raise AssertionError(f"{where} 抛出 KeyError: {error}：self.prefix_kv 的键是普通 int 的 tuple，要用 as_token_list 之后的 tokens 切片做键，不是 token_ids") from None
-    assert tensor_result[2] == 6, f"{where} 的 hit_len 应为 6（与 list 输入相同），得到 {tensor_result[2]!r}"
+        raise AssertionError(
+            f"{where} 抛出 KeyError: {error}：self.prefix_kv 的键是普通 int 的 tuple，"
+            "要用 as_token_list 之后的 tokens 切片做键，不是 token_ids"
+        ) from None
+    assert tensor_result[2] == 6, (
+        f"{where} 的 hit_len 应为 6（与 list 输入相同），得到 {tensor_result[2]!r}"
+    )
     where = "TODO 10: prefill([1, 2, 3, 4, 5, 6])（整个 prompt 都已缓存）"
     try:
         logits, kv, hit_len = cache.prefill([1, 2, 3, 4, 5, 6])
     except ValueError as error:
-        raise AssertionError(f"{where} 抛出 ValueError: {error}：整个 prompt 都命中时 suffix 为空，而 chunked_prefill 不接受空输入。hit_len 应取 len(prompt) - 1，最后一个 token 仍要计算") from None
-    assert hit_len == 5, f"{where} 的 hit_len 应为 len(prompt) - 1 = 5（最后一个 token 仍要计算，才有它的 logits），得到 {hit_len!r}"
-    assert torch.allclose(logits, full_logits[5:6], rtol=1e-4, atol=1e-5), f"{where} 的 logits 应等于完整前向的 logits[5:6]"
+        raise AssertionError(
+            f"{where} 抛出 ValueError: {error}：整个 prompt 都命中时 suffix 为空，而 chunked_prefill "
+            "不接受空输入。hit_len 应取 len(prompt) - 1，最后一个 token 仍要计算"
+        ) from None
+    assert hit_len == 5, (
+        f"{where} 的 hit_len 应为 len(prompt) - 1 = 5（最后一个 token 仍要计算，才有它的 logits）"
+        f"，得到 {hit_len!r}"
+    )
+    assert torch.allclose(logits, full_logits[5:6], rtol=1e-4, atol=1e-5), (
+        f"{where} 的 logits 应等于完整前向的 logits[5:6]"
+    )
     return None
 
 
@@ -580,6 +682,7 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 # 下面的单元格先定义测量用的工具函数（最后的 GPU 实验也用它们），再在 CPU 上实测。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "kv_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 2.4 节的测量工具：计时、代价模型、注意力分数张量的 hook、表格
 def time_prefill(fn, repeats=5, warmup=1, synchronize=None) -> float:
     """先不计时地运行 fn() warmup 次，再计时 repeats 次，返回秒数的中位数。GPU 上把 torch.cuda.synchronize 传给 synchronize。"""
     for _ in range(warmup):
@@ -720,7 +823,8 @@ def measure_cached_speedup(model, num_tokens, hit_ratios, block_size, repeats=5,
 
 
 def speedup_verdicts(rows) -> list:
-    """每个 h > 0 的行一句话：代价模型 S(h,T) 落在这一行的比值范围之内、之上还是之下；范围窄于 h = 0 的噪声时才下结论。"""
+    """每个 h > 0 的行一句话：代价模型 S(h,T) 落在这一行的比值范围之内、之上还是之下。
+    范围宽到连“没有加速”（比值 1）都包含、或最大超过最小的两倍时，只说噪声太大、不下结论。"""
     noise = next((r for r in rows if r["hit_len"] == 0), None)
     width = (noise["spread_hi"] - noise["spread_lo"]) if noise else 0.0
     lines = []
@@ -728,13 +832,16 @@ def speedup_verdicts(rows) -> list:
         if r["hit_len"] == 0:
             continue
         lo, hi = r["spread_lo"], r["spread_hi"]
-        if lo <= r["model"] <= hi:
+        if lo <= 1.0 <= hi or hi > 2 * lo:
+            why = "连“没有加速”（比值 1）都在范围里" if lo <= 1.0 <= hi else f"最大是最小的 {hi / max(lo, 1e-12):.1f} 倍"
+            verdict = f"噪声太大，不能下结论（{why}）：机器大概正忙，空闲时重新运行这个单元格"
+        elif lo <= r["model"] <= hi:
             verdict = "代价模型落在实测范围之内：在这次的噪声下与模型一致"
         elif hi < r["model"]:
             verdict = "整段范围都低于代价模型：比模型慢"
         else:
             verdict = "整段范围都高于代价模型：比模型快"
-        if noise and (hi - lo) / max(r["measured"], 1e-12) > width / max(noise["measured"], 1e-12) * 2:
+        if "不能下结论" not in verdict and noise and (hi - lo) / max(r["measured"], 1e-12) > width / max(noise["measured"], 1e-12) * 2:
             verdict += "（这一行的范围比 h = 0 的噪声宽得多，结论要打折扣）"
         lines.append(f"h = {r['h']:.2f}：实测 {lo:.2f}–{hi:.2f}，模型 {r['model']:.2f}，1/(1−h) = {1 / (1 - r['h']):.2f}；{verdict}")
     return lines
@@ -764,14 +871,6 @@ def measure_attention_peaks(model, num_tokens, chunk_sizes, seed=0) -> list:
     return rows
 
 
-def format_table(rows, columns) -> str:
-    """rows: dict 的列表；columns: (键, 表头, 格式) 的列表，例如 ("h", "命中率 h", "{:.2f}")；返回 Markdown 表格。"""
-    lines = ["| " + " | ".join(title for _, title, _ in columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(fmt.format(row[key]) for key, _, fmt in columns) + " |")
-    return "\n".join(lines)
-
-
 SPEEDUP_COLUMNS = [
     ("h", "命中率 h", "{:.2f}"), ("hit_len", "复用 token", "{}"), ("full_ms", "完整 prefill (ms)", "{:.2f}"),
     ("cached_ms", "命中后 prefill (ms)", "{:.2f}"), ("measured", "实测加速比（中位数）", "{:.2f}"), ("spread_lo", "各轮最小", "{:.2f}"),
@@ -783,6 +882,7 @@ MEMORY_COLUMNS = [
 ]
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "kv_measure_speedup", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 实测：命中率 h 与 prefill 耗时（CPU，约十秒）
 # 实测：命中率 h 与 prefill 耗时（CPU、float32、单个 prompt；约十秒）
 speed_config = TinyConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_positions=512)
 speed_model = TinyCausalLM(speed_config, seed=0)
@@ -806,7 +906,7 @@ finally:
     torch.set_num_threads(speed_threads)
 if speed_rows:
     print(f"T = 512，d = 128，L = 2，N = {non_embedding_params(speed_model):,}，block_size = 64，单线程；21 轮交错计时，每轮每个 h 各测一次")
-    print(format_table(speed_rows, SPEEDUP_COLUMNS))
+    show_table(speed_rows, SPEEDUP_COLUMNS)
     noise = speed_rows[0]
     print(f"\nh = 0 这一行两边做的是同一件事：它的比值在 {noise['spread_lo']:.2f}–{noise['spread_hi']:.2f} 之间，这就是这次测量的噪声。")
     print("\n".join(speedup_verdicts(speed_rows)))
@@ -815,7 +915,7 @@ if speed_rows:
     except ImportError:
         plt = None
     if plt is not None:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         hs = [r["h"] for r in speed_rows]
         ax.fill_between(hs, [r["spread_lo"] for r in speed_rows], [r["spread_hi"] for r in speed_rows], alpha=0.25, label="measured, min-max of 21 rounds")
         ax.plot(hs, [r["measured"] for r in speed_rows], "o-", label="measured, median")
@@ -823,7 +923,8 @@ if speed_rows:
         ax.set_xlabel("hit ratio h")
         ax.set_ylabel("prefill speedup")
         ax.set_title("cached vs full prefill, T=512 (CPU)")
-        ax.legend()
+        ax.legend(loc="upper left")
+        fig.tight_layout()
         plt.show()
 
 # %% [markdown]
@@ -842,6 +943,7 @@ if speed_rows:
 # 下表是一次**形状检查**，不是内存测量：`scores_tap` 上的 hook 记下经过它的最大一个分数张量的字节数，而这个张量的形状是我们的代码自己定的，所以“hook / 解析”等于 1.000 是必然的，它只说明 `chunked_prefill` 真的按 `chunk_size` 把 token 分块送进了模型（送错了块，这一列就不是 1）。测量前，单元格先核对每种分块的 logits 与一次性前向相同，不同就指出 TODO 9。分配器的总峰值（掩码、softmax 的输出、KV 拼接也要内存）要用分配器量：最后的 GPU 实验用 `torch.cuda.max_memory_allocated` 量整个 prefill。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "kv_measure_memory", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 形状检查：一次性与分块预填充的最大注意力分数张量
 # 形状检查：一次性与分块预填充的最大注意力分数张量（hook 看到的 vs 解析值）；先核对 logits
 memory_config = TinyConfig(vocab_size=64, d_model=128, n_layers=2, n_heads=4, max_positions=512)
 memory_model = TinyCausalLM(memory_config, seed=0)
@@ -864,19 +966,20 @@ finally:
     torch.set_num_threads(memory_threads)
 if memory_rows:
     print("T = 512，n_heads = 4，float32；解析值 = n_heads · max_j c_j · (第 j 块末尾位置) · 4 字节；每种分块的 logits 已核对等于一次性前向")
-    print(format_table(memory_rows, MEMORY_COLUMNS))
+    show_table(memory_rows, MEMORY_COLUMNS)
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         plt = None
     if plt is not None:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         labels = [str(r["chunk"]) if r["chunk"] != "一次性" else "one-shot" for r in memory_rows]
         ax.bar(labels, [r["measured_kib"] for r in memory_rows], label="largest attention scores (shape check)")
         ax.axhline(memory_rows[0]["kv_kib"], color="gray", linestyle="--", label="KV cache (unchanged)")
         ax.set_xlabel("chunk_size")
         ax.set_ylabel("KiB")
-        ax.legend()
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2)  # 图外：不挡住最高的一次性那根柱
+        fig.tight_layout()
         plt.show()
 
 # %% [markdown]

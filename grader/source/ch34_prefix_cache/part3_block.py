@@ -312,56 +312,61 @@ class BlockPrefixCache:
 # %% [markdown]
 # #### 提示：TODO 11–14
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 11 · 提示 1</summary>
 #
 # 从第一块开始，父 key 是 `None`；每一块的 key 由父 key 和本块的 token 一起决定。什么时候该停下？
+#
+# </details>
 #
 # <details><summary>TODO 11 · 提示 2</summary>
 #
 # 逐块算 key、在 `self._cached` 里查 block id，查不到就停。查到了还要核对那个块存的 `parent_key` 和 `token_ids` 与这次查询是否一致（哈希可能碰撞），不一致也停。`match` 只读：不碰引用计数、可淘汰队列和统计。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 12 · 提示 1</summary>
 #
 # 动手之前先回答两个数：要几个新块？最多能腾出几个？命中的块里，有没有此刻正躺在可淘汰队列里的？
+#
+# </details>
 #
 # <details><summary>TODO 12 · 提示 2</summary>
 #
 # 能腾出的块 = 空闲块 + 可淘汰块 − 命中块中引用计数为 0 的那些。不够就抛 `CacheFullError`，此前什么都不改。够的话先给命中的块加引用（引用为 0 的移出可淘汰队列），再逐个分配新块，然后用 `insert` 登记、调用一次 `_record_query`。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 13 · 提示 1</summary>
 #
 # 为什么要从最后一块往前处理？引用降到 0 的块该去哪里，取决于它有没有登记在缓存里。
+#
+# </details>
 #
 # <details><summary>TODO 13 · 提示 2</summary>
 #
 # 倒序遍历，引用减 1；仍大于 0 就跳过。降到 0 时：已登记（`key` 不是 `None`）的排到可淘汰队列的队尾，没有登记的私有块放回空闲队列。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 14 · 提示 1</summary>
 #
 # 三个计数里只有一个按请求计，另外两个都按 token 计。命中的 token 数怎样从命中的块数换算出来？
+#
+# </details>
 #
 # <details><summary>TODO 14 · 提示 2</summary>
 #
 # 请求数加 1；查询 token 数加上整个 prompt 的长度（包括不满一块的尾巴）；命中 token 数加上命中块数乘以 `block_size`。
 #
 # </details>
-# </details>
 
 # %% [markdown]
 # 运行下面的单元格检查 TODO 11–14：四个检查各查一个 TODO，互不连带（查 `acquire` 时 `match` 和统计换成了替身），每条断言的消息写明输入、期望值和实际得到的值。
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo11_14", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title TODO 11–14 的可见检查：运行即可，每个 TODO 打印一行结果
 # 运行此单元格检查 TODO 11–14：每个 TODO 一个小检查，一秒内跑完；评分时每个 TODO 还有 3–5 格隐藏检查。
 def visible_check_todo11():
     cache = BlockPrefixCache(block_size=4, num_blocks=8)
@@ -374,7 +379,10 @@ def visible_check_todo11():
         ([0, 1, 2], [], "不满一块的 token 不参与匹配"),
     ):
         got = cache.match(tokens)
-        assert got == expected, f"TODO 11: 登记 {ids} 两个满块后 match({tokens}) 应返回 {expected}（{why}），得到 {got!r}"
+        assert got == expected, (
+            f"TODO 11: 登记 {ids} 两个满块后 match({tokens}) 应返回 {expected}（{why}），得到 "
+            f"{got!r}"
+        )
     cache.check_integrity()
     # match 是纯查询：引用降到 0 的块排在可淘汰队列里时，查询不能改变它们的顺序（不刷新 LRU）
     for block_id in reversed(ids):  # 模拟 release（不经过 TODO 13）：尾块先进队，先淘汰
@@ -382,16 +390,30 @@ def visible_check_todo11():
         cache._evictable[block_id] = None
     before = list(cache._evictable)
     cache.match(list(range(10)))
-    assert list(cache._evictable) == before, f"TODO 11: match 不应改变可淘汰队列（不刷新 LRU，和 vLLM 一样：查找不碰淘汰顺序）：match 前 {before}，match 后 {list(cache._evictable)}"
+    assert list(cache._evictable) == before, (
+        "TODO 11: match 不应改变可淘汰队列（不刷新 LRU，和 vLLM 一样：查找不碰淘汰顺序）："
+        f"match 前 {before}，match 后 {list(cache._evictable)}"
+    )
     cache.check_integrity()
     # 强制哈希碰撞：每个满块的 key 都相同。命中时必须核对块里存的 parent_key 和 token_ids
     colliding = _Colliding11(block_size=2, num_blocks=4)
     first = colliding._allocate_block()
     colliding.insert([1, 2], [first])  # 登记 (1, 2)，key 为 0
     got = colliding.match([5, 6])
-    assert got == [], f"TODO 11: 强制哈希碰撞（每块 key 相同）时，登记了 (1, 2) 的块 {first} 后 match([5, 6]) 应返回 []：key 相同但块里的 token_ids 不同，要核对 token_ids，得到 {got!r}"
+    assert got == [], (
+        f"TODO 11: 强制哈希碰撞（每块 key 相同）时，登记了 (1, 2) 的块 {first} 后 match([5, 6]) "
+        f"应返回 []：key 相同但块里的 token_ids 不同，要核对 token_ids，得到 {got!r}"
+    )
     got = colliding.match([1, 2, 1, 2])
-    assert got == [first], f"TODO 11: 强制哈希碰撞时 match([1, 2, 1, 2]) 应返回 [{first}]：第二块的 key 也指向块 {first}，但它的 parent_key（None）与查询的父 key 不同，要核对 parent_key，得到 {got!r}" + ("（得到 [] 说明没有用 self._hash_block 算 key：这里的替身让它恒为 0，直接调用 hash 就查不到）" if got == [] else "")
+    assert got == [first], (
+        f"TODO 11: 强制哈希碰撞时 match([1, 2, 1, 2]) 应返回 [{first}]：第二块的 key 也指向块 {first}，"
+        "但它的 parent_key（None）与查询的父 key 不同，要核对 parent_key，"
+        f"得到 {got!r}"
+    ) + (
+        "（得到 [] 说明没有用 self._hash_block 算 key：这里的替身让它恒为 0，直接调用 hash 就查不到）"
+        if got == []
+        else ""
+    )
 
 
 class _Colliding11(BlockPrefixCache):
@@ -416,21 +438,34 @@ class _Stub12(BlockPrefixCache):
 def visible_check_todo12():
     cache = _Stub12(block_size=4, num_blocks=3)
     first = cache.acquire(list(range(10)))
-    assert isinstance(first, list) and len(first) == 2 and len(set(first)) == 2, f"TODO 12: 空缓存（3 块）acquire(list(range(10)))、block_size=4 应分配 2 个不同的块（尾巴 8, 9 不分配），得到 {first!r}"
+    assert isinstance(first, list) and len(first) == 2 and len(set(first)) == 2, (
+        "TODO 12: 空缓存（3 块）acquire(list(range(10)))、block_size=4 应分配 2 "
+        f"个不同的块（尾巴 8, 9 不分配），得到 {first!r}"
+    )
     cache.hits = first  # 假装这两块都命中
     second = cache.acquire(list(range(10)))
-    assert second == first, f"TODO 12: match 命中 {first} 时 acquire 应直接复用它们，返回 {first}，得到 {second!r}"
+    assert second == first, (
+        f"TODO 12: match 命中 {first} 时 acquire 应直接复用它们，返回 {first}，得到 {second!r}"
+    )
     refs = [cache.blocks[b].ref_count for b in first]
-    assert refs == [2, 2], f"TODO 12: 两个请求共用块 {first}，它们的引用计数应为 [2, 2]，得到 {refs}"
+    assert refs == [2, 2], (
+        f"TODO 12: 两个请求共用块 {first}，它们的引用计数应为 [2, 2]，得到 {refs}"
+    )
     cache.hits = []
     try:
         cache.acquire([7] * 8)  # 需要 2 个新块，只剩 1 个空闲块
     except CacheFullError:
         pass
     else:
-        raise AssertionError("TODO 12: 只剩 1 个空闲块时 acquire([7] * 8) 需要 2 个新块，应抛出 CacheFullError，却没有抛")
+        raise AssertionError(
+            "TODO 12: 只剩 1 个空闲块时 acquire([7] * 8) 需要 2 个新块，应抛出 CacheFullError，"
+            "却没有抛"
+        )
     free = [b.ref_count for b in cache.blocks].count(0)
-    assert free == 1, f"TODO 12: 抛出 CacheFullError 后不能改变任何状态：应仍有 1 个引用计数为 0 的块，得到 {free} 个"
+    assert free == 1, (
+        "TODO 12: 抛出 CacheFullError 后不能改变任何状态：应仍有 1 个引用计数为 0 的块，得到 "
+        f"{free} 个"
+    )
     cache.check_integrity()
     # 命中的块排在可淘汰队列的队首、没有空闲块：先给它加引用再分配，否则它会被当成最久未用的块淘汰
     pinned, hit, other = _evictable_pool(num_blocks=2)
@@ -439,7 +474,11 @@ def visible_check_todo12():
         got = pinned.acquire([1, 2, 3, 4])
     except Exception as error:  # noqa: BLE001  (顺序反了时 insert 会发现块已被挪作他用)
         got = f"{type(error).__name__}: {error}"
-    assert got == [hit, other], f"TODO 12: 命中的块 {hit} 在可淘汰队列队首、没有空闲块时 acquire([1, 2, 3, 4]) 应返回 [{hit}, {other}]（先给命中的块加引用、移出队列，再分配新块，淘汰的是块 {other}），得到 {got!r}"
+    assert got == [hit, other], (
+        f"TODO 12: 命中的块 {hit} 在可淘汰队列队首、没有空闲块时 acquire([1, 2, 3, 4]) 应返回 "
+        f"[{hit}, {other}]（先给命中的块加引用、移出队列，再分配新块，淘汰的是块 {other}），"
+        f"得到 {got!r}"
+    )
     pinned.check_integrity()
     # 可腾出的块：命中的块此刻在可淘汰队列里，但马上要被本请求引用，不能算作可腾出的块
     full, hit, other = _evictable_pool(num_blocks=2)
@@ -450,9 +489,17 @@ def visible_check_todo12():
     except CacheFullError:
         pass
     else:
-        raise AssertionError(f"TODO 12: 可淘汰队列里只有命中的块 {hit} 和块 {other}、没有空闲块时，acquire([1, 2, 3, 4, 5, 6]) 要 2 个新块，只能腾出 1 个（命中的块不能算作可腾出的块），应抛出 CacheFullError，却没有抛")
+        raise AssertionError(
+            f"TODO 12: 可淘汰队列里只有命中的块 {hit} 和块 {other}、没有空闲块时，"
+            "acquire([1, 2, 3, 4, 5, 6]) 要 2 个新块，只能腾出 1 "
+            "个（命中的块不能算作可腾出的块），应抛出 CacheFullError，却没有抛"
+        )
     after = [(b.ref_count, b.key) for b in full.blocks], list(full._evictable)
-    assert after == before, f"TODO 12: acquire 抛出 CacheFullError 时状态已经变了（引用计数与登记 {before[0]} → {after[0]}，可淘汰队列 {before[1]} → {after[1]}）：命中的块不能算作可腾出的块，要在改任何状态之前算清楚够不够"
+    assert after == before, (
+        f"TODO 12: acquire 抛出 CacheFullError 时状态已经变了（引用计数与登记 {before[0]} → "
+        f"{after[0]}，可淘汰队列 {before[1]} → {after[1]}）：命中的块不能算作可腾出的块，"
+        "要在改任何状态之前算清楚够不够"
+    )
 
 
 def _evictable_pool(num_blocks):
@@ -475,8 +522,14 @@ def visible_check_todo13():
     refs = [cache.blocks[b].ref_count for b in ids]
     assert refs == [0, 0], f"TODO 13: release({ids}) 后两块的引用计数应为 [0, 0]，得到 {refs}"
     queue = list(cache._evictable)
-    assert queue == [ids[1], ids[0]], f"TODO 13: release({ids}) 后可淘汰队列应为 {[ids[1], ids[0]]}（从尾到头排进队尾：尾块先淘汰），得到 {queue}"
-    assert cache.num_cached_blocks == 2, f"TODO 13: 引用降到 0 的块应留在缓存里等下一个请求命中：应仍有 2 个登记的块，得到 {cache.num_cached_blocks} 个"
+    assert queue == [ids[1], ids[0]], (
+        f"TODO 13: release({ids}) 后可淘汰队列应为 {[ids[1], ids[0]]}（从尾到头排进队尾："
+        f"尾块先淘汰），得到 {queue}"
+    )
+    assert cache.num_cached_blocks == 2, (
+        "TODO 13: 引用降到 0 的块应留在缓存里等下一个请求命中：应仍有 2 个登记的块，得到 "
+        f"{cache.num_cached_blocks} 个"
+    )
     cache.check_integrity()
 
 
@@ -484,8 +537,13 @@ def visible_check_todo14():
     cache = BlockPrefixCache(block_size=4, num_blocks=8)
     cache._record_query(list(range(10)), [0, 1])  # 10 个 token，命中 2 块 = 8 个 token
     got = (cache.num_requests, cache.num_queried_tokens, cache.num_hit_tokens)
-    assert got == (1, 10, 8), f"TODO 14: block_size=4 时 _record_query(list(range(10)), [0, 1]) 后 (请求数, 查询 token, 命中 token) 应为 (1, 10, 8)，得到 {got}"
-    assert abs(cache.hit_rate - 0.8) < 1e-12, f"TODO 14: 命中率应为 8 / 10 = 0.8，得到 {cache.hit_rate!r}"
+    assert got == (1, 10, 8), (
+        "TODO 14: block_size=4 时 _record_query(list(range(10)), [0, 1]) 后 "
+        f"(请求数, 查询 token, 命中 token) 应为 (1, 10, 8)，得到 {got}"
+    )
+    assert abs(cache.hit_rate - 0.8) < 1e-12, (
+        f"TODO 14: 命中率应为 8 / 10 = 0.8，得到 {cache.hit_rate!r}"
+    )
 
 
 run_visible_checks(
@@ -502,6 +560,7 @@ run_visible_checks(
 # 完成 TODO 11–14 后运行下面的演示：两个请求共享两块 system prompt，结束后块留在缓存里，第三个请求直接命中。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "block_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 演示：一个请求的一生（acquire → 使用 → release），打印每一步的块状态
 def demo_block_prefix_cache():
     """一个请求的一生：acquire → 使用 → release；打印每一步之后的块状态。"""
     cache = BlockPrefixCache(block_size=4, num_blocks=6)
@@ -559,6 +618,7 @@ except NotImplementedError:
 # 为了对照淘汰策略，还给出两个子类：`FIFOBlockPrefixCache` 淘汰**最早登记**的块（不管最近有没有用过），`RandomBlockPrefixCache` 随机淘汰。一个块被淘汰后，它在缓存里的后代也就再也查不到了，所以这两个子类连同后代一起淘汰（后代一定也可淘汰：后代被引用时父块必然也被引用）。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "block_simulator", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 3.7 节的工具：三种负载、请求流模拟、FIFO / 随机淘汰的对照实现
 from random import Random
 
 
@@ -817,6 +877,7 @@ class RandomBlockPrefixCache(_PolicyBlockPrefixCache):
 # 同一个请求流，块池从 64 块放大到 2048 块（`block_size=16`，最多 4 个请求同时运行）。最后一行是第一部分的 `PrefixCacheManager`：不限容量，每个 prompt 整条登记。“不淘汰所需块数”是请求流里不同满块前缀的个数，池子有这么大就永远不必淘汰。整段测量在普通 CPU 上约 2 秒。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "measure_block_hit_rate", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 测量：三种负载下块级缓存的命中率随 num_blocks 的变化
 # 测量：三种负载下，块级缓存的 token 命中率随 num_blocks 的变化，对照不限容量的 PrefixCacheManager
 def _show_hit_rate_vs_capacity(block_size=16, capacities=(64, 128, 256, 512, 1024, 2048)):
     workloads = make_workloads(seed=34)
@@ -830,29 +891,29 @@ def _show_hit_rate_vs_capacity(block_size=16, capacities=(64, 128, 256, 512, 102
     except NotImplementedError:
         seed_rates = {name: "（先完成 TODO 1–8）" for name in workloads}
     names = list(workloads)
-    print("| num_blocks | " + " | ".join(names) + " |")
-    print("|---:|" + "---:|" * len(names))
-    for i, n in enumerate(capacities):
-        print(f"| {n} | " + " | ".join(f"{rates[name][i]:.3f}" for name in names) + " |")
-    print("| PrefixCacheManager（不限容量） | " + " | ".join(seed_rates[name] for name in names) + " |")
-    print("| 不淘汰所需块数 | " + " | ".join(str(num_distinct_full_blocks(workloads[name], block_size)) for name in names) + " |")
-    print(f"\n（请求数：{', '.join(f'{name} {len(workloads[name])}' for name in names)}）")
+    table = [{"n": n, **{name: f"{rates[name][i]:.3f}" for name in names}} for i, n in enumerate(capacities)]
+    table.append({"n": "PrefixCacheManager（不限容量）", **seed_rates})
+    table.append({"n": "不淘汰所需块数", **{name: num_distinct_full_blocks(workloads[name], block_size) for name in names}})
+    show_table(table, [("n", "num_blocks", "{}")] + [(name, name, "{}") for name in names])
+    print(f"（请求数：{', '.join(f'{name} {len(workloads[name])}' for name in names)}）")
     try:
         import matplotlib.pyplot as plt
     except ImportError:
         print("没有安装 matplotlib：只打印表格。")
         return
-    _, ax = plt.subplots(figsize=(6.4, 4))
+    fig, ax = plt.subplots(figsize=(11, 5))
     for name in names:
         (line,) = ax.plot(capacities, rates[name], marker="o", label=f"BlockPrefixCache: {name}")
         if not seed_rates[name].startswith("（"):
             ax.axhline(float(seed_rates[name]), color=line.get_color(), linestyle="--", linewidth=1, label=f"PrefixCacheManager (unbounded): {name}")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(capacities, [str(n) for n in capacities])  # 64、128……而不是 2⁶、2⁷
     ax.set_xlabel("num_blocks (block_size=16)")
     ax.set_ylabel("token hit rate")
     ax.set_ylim(-0.02, 1)
     ax.set_title("token hit rate vs capacity")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))  # 图外右侧：六条图例不压住曲线
+    fig.tight_layout()
     plt.show()
 
 
@@ -872,6 +933,7 @@ del _show_hit_rate_vs_capacity
 # 同样的请求流、同样的块池，只换淘汰策略：LRU（本章的 `BlockPrefixCache`）、FIFO（淘汰最早登记的块）、随机淘汰。三者都受引用计数保护：正在运行的请求用着的块谁也不会淘汰。区别只在于：当几个块都没人用时，先丢哪一个。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "measure_block_eviction_policy", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 测量：LRU、FIFO、随机淘汰的命中率
 # 测量：同一个请求流、同样大小的块池下，LRU、FIFO、随机淘汰的 token 命中率
 def _show_eviction_policies(block_size=16, capacities=(128, 256)):
     policies = {"LRU": BlockPrefixCache, "FIFO": FIFOBlockPrefixCache, "random": RandomBlockPrefixCache}
@@ -885,10 +947,8 @@ def _show_eviction_policies(block_size=16, capacities=(128, 256)):
     except NotImplementedError:
         print("先完成 TODO 11–14，再运行这个测量。")
         return
-    print("| 负载 | num_blocks | " + " | ".join(policies) + " |")
-    print("|---|---:|" + "---:|" * len(policies))
-    for name, n, rates in rows:
-        print(f"| {name} | {n} | " + " | ".join(f"{rate:.3f}" for rate in rates) + " |")
+    table = [{"workload": name, "n": n, **dict(zip(policies, rates))} for name, n, rates in rows]
+    show_table(table, [("workload", "负载", "{}"), ("n", "num_blocks", "{}")] + [(p, p, "{:.3f}") for p in policies])
 
 
 _show_eviction_policies()

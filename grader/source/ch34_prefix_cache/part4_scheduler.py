@@ -326,6 +326,7 @@ class Scheduler:
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo15_19", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title TODO 15–19 的可见检查：运行即可，每个 TODO 打印一行结果
 # 运行此单元格检查 TODO 15–19：每个 TODO 几个固定的小例子，一秒内跑完；评分时还有 15 格隐藏检查（随机轨迹逐步比对参考实现）。
 VISIBLE_TODO_OF.update(
     {
@@ -536,6 +537,7 @@ run_visible_checks(VISIBLE_SCHED_CHECKS)
 # （真实引擎把同一步里所有请求的 token 拼成一个批，一次前向算完，每个被调度的请求都对它这一步最后一个位置算一行 logits，prefill 中途的请求也算，只是丢掉采样结果；这里为了清楚，逐个请求调用模型。fp32 下结果逐位接近；bf16 的服务里，切法不同会让舍入不同，命中与不命中的结果可能差几个 ulp。）
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "sched_end_to_end", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 端到端验证：用你的调度器在小模型上真的跑每一步，对照不缓存、不分块的结果
 def serve_on_tiny_model(model, scheduler, prompts, max_tokens, cached_prefixes=(), max_steps=500):
     """用 scheduler 排的每一步真的跑 model：返回 ({id: prompt 部分算出的 logits}, {id: 生成的 token}, {id: 命中长度}, 每步的调度)。
 
