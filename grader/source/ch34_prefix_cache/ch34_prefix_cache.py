@@ -58,6 +58,9 @@
 # %%
 #| include: part4_measure.py
 
+# %%
+#| include: part5_model.py
+
 # %% [markdown]
 # ## 附：GPU 可选实验（不计分）：观察分块带来的资源边界
 #
