@@ -61,6 +61,9 @@
 # %%
 #| include: part5_model.py
 
+# %%
+#| include: part5_engine.py
+
 # %% [markdown]
 # ## 附：GPU 可选实验（不计分）：观察分块带来的资源边界
 #

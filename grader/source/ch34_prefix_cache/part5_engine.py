@@ -571,3 +571,239 @@ class LLMEngine:
             "preempted_prefix_cache_hit_tokens": cache["preempted_hits"],
             "num_evicted_blocks": self.kv_cache_manager.block_pool.num_evictions,
         }
+
+
+# %% [markdown]
+# #### 提示：TODO 20–24
+#
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+#
+# <details><summary>TODO 20 · 提示 1</summary>
+#
+# 空闲队列是一个 `OrderedDict`（block_id → 块），队首最先被拿走。一个刚从队首取出的块，可能还登记在缓存里：它的显存马上要被别的 token 覆盖，缓存表还能指着它吗？
+#
+# <details><summary>TODO 20 · 提示 2</summary>
+#
+# 先比较 `num_blocks` 和 `self.get_num_free_blocks()`，不够就抛 `ValueError`（这时什么都还没改）。然后取 `num_blocks` 次 `popitem(last=False)`，每个块交给 `self._maybe_evict_cached_block`（它自己判断要不要注销、并计数），再把 `ref_cnt` 设为 1。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 21 · 提示 1</summary>
+#
+# 三个数：这一步之后一共要几个块，请求已经有几个块，命中的块有几个。再一个数：命中的块里有几个此刻在空闲队列里（`ref_cnt == 0`）——它们会被 touch 走，不能再算作可用。
+#
+# <details><summary>TODO 21 · 提示 2</summary>
+#
+# `已算 = request.num_computed_tokens + len(new_computed_blocks) * block_size`，`共要 = ceil((已算 + num_new_tokens) / block_size)`，`新块 = max(共要 - 已有 - 命中, 0)`。`新块 + 空闲的命中块 > 空闲块数` 时返回 `None`。否则 `touch`、`get_new_blocks`、把 `已有 + 命中 + 新块` 存回 `self.req_to_blocks`，最后 `self.cache_blocks(request, min(已算 + num_new_tokens, request.num_tokens))`，返回新块。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 22 · 提示 1</summary>
+#
+# “最后接纳的”就是 `self.running` 的最后一个。被抢占的请求要回到哪里，才能在下一次接纳时排在所有新请求前面？它自己可能就是正在要块的那个请求。
+#
+# <details><summary>TODO 22 · 提示 2</summary>
+#
+# `while allocate_slots(...) is None:` 循环：`victim = self.running.pop()`，`self.kv_cache_manager.free(victim)`，`victim.num_computed_tokens = 0`，`self.waiting.appendleft(victim)`，`out.preempted_req_ids.append(victim.request_id)`；`victim is request` 时返回 `False`。循环正常结束返回 `True`。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 23 · 提示 1</summary>
+#
+# 把池子看成 `[num_blocks * block_size, kv 头, d]` 的一长条，位置 p 的槽号是 `block_table[r, p // block_size] * block_size + p % block_size`：对所有请求、所有 p 一次算出 `[R, L]` 的槽号，一次索引就取出全部 K。查询也要补成 `[R, max_query_len, ...]` 才能和它们做批量矩阵乘。
+#
+# <details><summary>TODO 23 · 提示 2</summary>
+#
+# `queries[meta.token_request, meta.token_index] = q` 放进补齐的张量；K、V 用 `repeat_interleave(num_heads // num_kv_heads, dim=2)` 扩到每个查询头；`torch.einsum("rqhd,rlhd->rhql", ...)` 得到分数；查询位置 `(seq_lens - query_lens)[:, None] + arange(max_query_len)`，键位置 `arange(L)`，键位置大于查询位置的掩成 `-inf`（补出来的键位置都 ≥ seq_lens，也被掩掉）；softmax 后乘 V，最后 `out[meta.token_request, meta.token_index]` 取回扁平的 `[T, 头, d]`。
+#
+# </details>
+# </details>
+#
+# <details><summary>TODO 24 · 提示 1</summary>
+#
+# `update_from_output` 会把结束的请求从 `self.scheduler.requests` 里删掉：要释放它的块，得在那之前先拿到请求对象。
+#
+# <details><summary>TODO 24 · 提示 2</summary>
+#
+# `out = self.scheduler.schedule()`；没排上任何 token 时：还有没结束的请求就抛 `RuntimeError`，否则返回 `{}`。先记下 `{request_id: self.scheduler.requests[request_id]}`，再 `execute_model`、`update_from_output`；对每个采样了的请求，`is_finished` 就 `self.kv_cache_manager.free(它)`。返回 `sampled`。
+#
+# </details>
+# </details>
+
+# %% nbgrader={"grade": false, "grade_id": "visible_todo20_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+# 运行此单元格检查 TODO 20–24：每个 TODO 几个固定的小例子，几秒内跑完；评分时还有 14 格隐藏检查（随机负载逐步比对参考实现、与逐个请求贪心解码比较）。
+VISIBLE_TODO_OF.update(
+    {
+        ("BlockPool", "get_new_blocks"): "TODO 20",
+        ("KVCacheManager", "allocate_slots"): "TODO 21",
+        ("EngineScheduler", "_allocate_or_preempt"): "TODO 22",
+        (None, "paged_attention"): "TODO 23",
+        ("LLMEngine", "step"): "TODO 24",
+    }
+)
+
+
+def visible_check_todo20():
+    pool = BlockPool(4)
+    pool.cache_full_block(pool.blocks[2], b"system")  # 块 2 登记在缓存里，没人用
+    pool.free_block_queue.move_to_end(2, last=False)  # 空闲队列：[2, 0, 1, 3]
+    got = pool.get_new_blocks(2)
+    ids = [b.block_id for b in got]
+    assert ids == [2, 0], f"TODO 20: 空闲队列 [2, 0, 1, 3]，get_new_blocks(2) 应返回块 [2, 0]（从队首拿），得到 {ids}"
+    assert [b.ref_cnt for b in got] == [1, 1] and list(pool.free_block_queue) == [1, 3], f"TODO 20: 拿走的块 ref_cnt 应为 1 并离开空闲队列：ref_cnt {[b.ref_cnt for b in got]}，剩下的队列 {list(pool.free_block_queue)}"
+    assert pool.get_cached_block(b"system") is None and pool.blocks[2].block_hash is None, "TODO 20: 块 2 登记在缓存里，被拿走时应注销（self._maybe_evict_cached_block）：缓存表里不该再有它"
+    try:
+        pool.get_new_blocks(3)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("TODO 20: 只剩 2 个空闲块时 get_new_blocks(3) 应抛 ValueError")
+    assert list(pool.free_block_queue) == [1, 3], f"TODO 20: 抛 ValueError 时不应改空闲队列，得到 {list(pool.free_block_queue)}"
+
+
+def visible_check_todo21():
+    skipped = engine_depends_on(20)
+    if skipped:
+        return skipped
+    manager = KVCacheManager(num_blocks=8, block_size=4)
+    a = Request("a", [5, 6, 7, 8, 1, 2, 3, 4, 9, 9], 2)
+    got = manager.allocate_slots(a, 6)  # 第一块：6 个 token，2 个块
+    assert isinstance(got, list) and len(got) == 2 and len(manager.get_block_ids("a")) == 2, f"TODO 21: 10 个 token 的请求这一步 6 个 token、block_size=4：应新拿 2 个块，得到 {got!r}，块表 {manager.get_block_ids('a')}"
+    b = Request("b", [5, 6, 7, 8, 0, 0], 2)
+    hits, num_hit = manager.get_computed_blocks(b)
+    assert num_hit == 4, f"TODO 21: a 这一步会算满第一块，分配时就该登记（self.cache_blocks）：同前缀的 b 应命中 4 个 token，得到 {num_hit}"
+    got = manager.allocate_slots(b, 2, hits)
+    table = manager.get_block_ids("b")
+    assert table[:1] == manager.get_block_ids("a")[:1] and len(table) == 2 and manager.block_pool.blocks[table[0]].ref_cnt == 2, f"TODO 21: b 命中 a 的第一块，块表应以它开头、再接 1 个新块，那个共享块 ref_cnt 为 2；得到块表 {table}"
+    a.num_computed_tokens = 6
+    assert manager.allocate_slots(a, 400) is None, "TODO 21: 池里只剩 5 个空闲块，要 100 多个块时应返回 None"
+    assert len(manager.get_block_ids("a")) == 2, "TODO 21: 返回 None 时不应改块表"
+
+
+def visible_check_todo22():
+    skipped = engine_depends_on(16, 19, 20, 21)
+    if skipped:
+        return skipped
+    manager = KVCacheManager(num_blocks=4, block_size=2)
+    scheduler = EngineScheduler(manager, max_num_batched_tokens=100, max_num_seqs=4)
+    for rid in "ab":
+        scheduler.add_request(Request(rid, [ord(rid)] * 4, 3))  # 各占 2 块，池子满了
+    out = scheduler.schedule()
+    scheduler.update_from_output(out, {"a": 1, "b": 1})
+    out = scheduler.schedule()  # a 的 decode 要第 3 块：抢占最后接纳的 b
+    waiting = [r.request_id for r in scheduler.waiting]
+    assert out.preempted_req_ids == ["b"] and waiting == ["b"] and dict(out.num_scheduled_tokens) == {"a": 1}, f"TODO 22: 4 个块的池里 a、b 各占 2 块，a 要第 3 块：应抢占后接纳的 b（放回 waiting 队头），只调度 a；得到被抢占 {out.preempted_req_ids}、waiting {waiting}、调度 {dict(out.num_scheduled_tokens)}"
+    b = scheduler.waiting[0]
+    assert b.num_computed_tokens == 0 and manager.get_block_ids("b") == [], f"TODO 22: 被抢占的 b 应释放块、num_computed_tokens 归零；得到块表 {manager.get_block_ids('b')}、num_computed_tokens {b.num_computed_tokens}"
+
+
+def visible_check_todo23():
+    torch.manual_seed(23)
+    block_size, num_kv_heads, head_dim = 2, 1, 4
+    k_cache, v_cache = torch.randn(6, block_size, num_kv_heads, head_dim), torch.randn(6, block_size, num_kv_heads, head_dim)
+    tables, seq_lens, query_lens = [[4, 1, 0], [3, 5, 0]], [5, 3], [2, 1]  # 请求 0：已算 3 个、这一步 2 个；请求 1：decode
+    meta = AttentionMetadata(torch.zeros(3, dtype=torch.long), torch.tensor(tables), torch.tensor(seq_lens), torch.tensor(query_lens), torch.tensor([0, 0, 1]), torch.tensor([0, 1, 0]), 2)
+    q = torch.randn(3, 2, head_dim)
+    got = paged_attention(q, k_cache, v_cache, meta)
+    for r, rows in ((0, [0, 1]), (1, [2])):
+        slots = [tables[r][p // block_size] * block_size + p % block_size for p in range(seq_lens[r])]
+        keys, values = k_cache.reshape(-1, num_kv_heads, head_dim)[slots], v_cache.reshape(-1, num_kv_heads, head_dim)[slots]
+        want = causal_attention(q[rows], keys, values)  # 第五部分模型的注意力：query 右下角对齐
+        gap = (got[rows] - want).abs().max().item()
+        assert gap < 1e-5, f"TODO 23: 请求 {r}（块表 {tables[r]}、seq_len {seq_lens[r]}、这一步 {query_lens[r]} 个查询）的结果与连续存放时的因果注意力相差 {gap:.1e}：查询 i 的位置是 seq_len - query_len + i"
+
+
+def visible_check_todo24():
+    skipped = engine_depends_on(16, 19, 20, 21, 22, 23)
+    if skipped:
+        return skipped
+    model = random_model(tiny_qwen2_config(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2), seed=24)
+    engine = LLMEngine(model, num_blocks=16, block_size=4, max_num_batched_tokens=6)
+    engine.add_request("x", list(range(10)), 2)
+    first = engine.step()
+    assert first == {}, f"TODO 24: 预算 6、10 个 token 的 prompt：第一步只算了一部分，step() 应返回 {{}}，得到 {first!r}"
+    steps = [engine.step(), engine.step()]
+    assert [list(s) for s in steps] == [["x"], ["x"]] and not engine.has_unfinished_requests(), f"TODO 24: 之后两步各采样一个 token，请求结束；得到 {steps}"
+    free = engine.kv_cache_manager.block_pool.get_num_free_blocks()
+    assert free == 16, f"TODO 24: 请求结束后应释放它的块（kv_cache_manager.free），16 个块都应空闲，得到 {free}"
+
+
+def engine_depends_on(*todos):
+    """TODO 21–24 的可见检查用到前面的 TODO（含第四部分的 16、19）：它们还没通过时跳过，免得把别的 TODO 的错记到这里。"""
+    checks = {16: visible_check_todo16, 19: visible_check_todo19, 20: visible_check_todo20, 21: visible_check_todo21}
+    checks.update({22: visible_check_todo22, 23: visible_check_todo23})
+    for todo in todos:
+        try:
+            skipped = checks[todo]()
+        except Exception:  # noqa: BLE001  (前置检查：任何错误都只说明那个 TODO 还没好)
+            return f"它用到 TODO {todo}，TODO {todo} 还没通过它的检查"
+        if skipped:
+            return f"它用到 TODO {todo}，TODO {todo} 的检查被跳过了"
+    return None
+
+
+run_visible_checks(
+    [
+        ("TODO 20", visible_check_todo20),
+        ("TODO 21", visible_check_todo21),
+        ("TODO 22", visible_check_todo22),
+        ("TODO 23", visible_check_todo23),
+        ("TODO 24", visible_check_todo24),
+    ]
+)
+
+
+# %% [markdown]
+# #### 自动评分单元格：TODO 20–24
+#
+# 每格检查一个 TODO 的一个方面，分值写在第一行。评分时只有被检查的那个 TODO 用你的代码，其余 TODO（以及第四部分的 `_num_new_tokens`、`update_from_output`）换成参考实现，所以一处错误只扣它自己那个 TODO 的分。记账的 TODO 在几十个种子固定的小池子负载上逐步比较（调度、抢占、块表、空闲队列的顺序、登记的块）；注意力与逐个请求算的 float64 注意力比较；`step` 与逐个请求的贪心解码比较。
+
+# %%
+#| checks: engine.py
+
+# %% [markdown]
+# #### 5.7　结果与分块、缓存、批处理、抢占都无关
+#
+# 下面用一个随机权重的小 Qwen2（CPU 上几毫秒一步）跑同一组共享 system prompt 的请求：前缀缓存开 / 关、预算从 1 个块到整个 prompt、以及一个小到必须抢占、必须淘汰缓存块的池子。每种设置下每个请求生成的 token 都应与“一个请求单独、每次把全部 token 从头算一遍”的贪心解码完全相同；统计说明每种设置里发生了什么。
+
+# %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "engine_equality_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+def greedy_alone(model, prompt, max_tokens):
+    """参照：一个请求单独解码，每次把全部 token 从头算一遍（不用任何缓存），取 argmax。"""
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            tokens.append(int(model(torch.tensor(tokens)).argmax(dim=-1)[-1]))
+    return tokens[len(prompt) :]
+
+
+def demo_engine_equality():
+    model = random_model(tiny_qwen2_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2), seed=5)
+    rng = random.Random(34)
+    system = [rng.randrange(256) for _ in range(40)]
+    prompts = [system + [rng.randrange(256) for _ in range(rng.randint(3, 20))] for _ in range(6)] + [[rng.randrange(256) for _ in range(30)]]
+    expected = [greedy_alone(model, p, 6) for p in prompts]
+    settings = [
+        ("缓存开，预算 = 整个 prompt", dict(num_blocks=64, max_num_batched_tokens=512)),
+        ("缓存关，预算 1 个块", dict(num_blocks=64, max_num_batched_tokens=8, enable_prefix_caching=False)),
+        ("缓存开，预算 1 个块", dict(num_blocks=64, max_num_batched_tokens=8)),
+        ("缓存开，小池子（抢占 + 淘汰）", dict(num_blocks=10, max_num_batched_tokens=24)),
+    ]
+    print(f"{'设置':<22}{'相同':>6}{'步数':>6}{'抢占':>6}{'命中/查询 token':>18}{'淘汰的块':>10}")
+    for name, kwargs in settings:
+        engine = LLMEngine(model, block_size=8, max_num_seqs=4, **kwargs)
+        got = engine.generate(prompts, 6)
+        engine.kv_cache_manager.block_pool.check_integrity()
+        s = engine.stats
+        hits = f"{s['prefix_cache_hit_tokens']}/{s['prefix_cache_query_tokens']}"
+        print(f"{name:<22}{str(got == expected):>6}{s['num_steps']:>6}{s['num_preemptions']:>6}{hits:>18}{s['num_evicted_blocks']:>10}")
+        assert got == expected, f"{name}：引擎生成的 token 与逐个请求的贪心解码不同：检查 TODO 20–24"
+    print("✅ 四种设置下每个请求生成的 token 都与单独贪心解码相同")
+
+
+try:
+    demo_engine_equality()
+except NotImplementedError:
+    print("⏳ 这个演示用到 TODO 20–24：完成它们（上面的可见检查通过）后再运行这一格")
