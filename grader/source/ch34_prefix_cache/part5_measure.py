@@ -1,5 +1,5 @@
 # %% [markdown]
-# ### 测量：你的引擎在你的设备上
+# #### 5.8　测量：你的引擎在你的设备上
 #
 # 4.6 节的数字都是**模拟**：调度器是真的，步时来自一个模型。现在引擎是真的了，这一节在你的设备上**量**它，并把量到的放在 4.6 节的模拟旁边。用的模型是 5.4 节选的那个（`llm`）：有 GPU 时默认是真实的 Qwen2.5-0.5B-Instruct，CPU 上是随机权重的小模型。四件事：
 #
@@ -81,6 +81,17 @@ def serve_workload(engine, workload):
         "throughput": sum(m for _, _, m in workload) / (end_clock - workload[0][0]),
         "steps": [step_work(chunks)[:2] + (seconds,) for chunks, seconds in zip(chunks_of_step, durations)],
     }
+
+
+def calibrated_chat_workload(model, num_requests, system_len, user_len, output_len, num_system_prompts, budget, load=0.6, seed=34):
+    """4.6 节形状的聊天负载（poisson_workload，没有长文档），到达率按这台设备定：先离线跑一遍（全部同时到达，也当预热），
+    量出它多久跑完，再把到达率取成“离线吞吐 × load”。返回 (workload, 每秒请求数, 离线那次的 serve_workload 结果)。"""
+    unit = poisson_workload(seed=seed, num_requests=num_requests, rate=1.0, num_system_prompts=num_system_prompts, system_len=system_len,
+                            user_len=user_len, long_share=0.0, output_len=output_len, vocab_size=model.config.vocab_size)
+    blocks = pool_blocks_for(unit, 16)
+    offline = serve_workload(LLMEngine(model, blocks, 16, budget, 16), [(0.0, prompt, m) for _, prompt, m in unit])
+    rate = load * num_requests / offline["makespan"]
+    return [(when / rate, prompt, m) for when, prompt, m in unit], rate, offline  # rate=1 的到达时刻按比例缩放
 
 
 def pool_blocks_for(workload, block_size):
@@ -240,7 +251,7 @@ def measurement_plan(model):
             "decode_batches": (1, 16, 64), "context": 1024, "one_at_a_time": 16}
 
 # %% [markdown]
-# #### 服务一串聊天请求：前缀缓存开与关，几种预算
+# ##### 服务一串聊天请求：前缀缓存开与关，几种预算
 #
 # 下一格先打印负载和离线吞吐，再打印表：每一行是一种配置，TTFT、TBT 的 p50 / p99 和生成吞吐都是两遍运行的中位数 [最小, 最大]；“模拟”两列是 4.6 节的 `simulate_serving` 用这些步拟合出的步时模型给出的同一负载的结果。最后是两张图：左边是 TTFT p50，右边是 TBT p99，实测（带两遍的范围）与模拟并排。
 
@@ -251,12 +262,9 @@ serve_threads = torch.get_num_threads()
 if LLM_DEVICE == "cpu":
     torch.set_num_threads(1)  # 小模型在 1 个线程上更快，也不和别的进程抢
 try:
-    chat = poisson_workload(seed=34, num_requests=plan["requests"], rate=1.0, num_system_prompts=plan["systems"], system_len=plan["system_len"],
-                            user_len=plan["user_len"], long_share=0.0, output_len=plan["output_len"], vocab_size=llm.config.vocab_size)
+    chat, chat_rate, offline = calibrated_chat_workload(llm, plan["requests"], plan["system_len"], plan["user_len"], plan["output_len"],
+                                                        plan["systems"], max(plan["budgets"]))
     chat_blocks = pool_blocks_for(chat, 16)
-    offline = serve_workload(LLMEngine(llm, chat_blocks, 16, max(plan["budgets"]), 16), [(0.0, p, m) for _, p, m in chat])  # 也是预热
-    chat_rate = 0.6 * len(chat) / offline["makespan"]
-    chat = [(when / chat_rate, prompt, max_tokens) for when, prompt, max_tokens in chat]  # rate=1 的到达时刻按比例缩放
     print(f"{llm_note}\n负载：{len(chat)} 个请求，{plan['systems']} 段 {plan['system_len']} token 的共享 system prompt + {plan['user_len'][0]}–{plan['user_len'][1]} token 的问题，"
           f"各生成 {plan['output_len'][0]}–{plan['output_len'][1]} 个 token；离线（同时到达）{offline['makespan']:.2f} s 跑完，"
           f"{offline['throughput']:.0f} token/s；在线到达率取它的 60%：每秒 {chat_rate:.1f} 个请求")
@@ -368,7 +376,7 @@ if hf_seconds:
 # **怎么读。** 引擎把同一步里所有请求的 token 拼成一次前向：权重读一遍、算子发一遍，服务所有请求；一次一个时，每个请求的每个 token 都要单独付一次。所以在 GPU 上，请求越多，引擎领先越多（我们的目标是 64 个并发请求时 ≥ 10×，仓库的 `bench/bench_engine.py` 量它）。在 CPU 的小模型上差别小得多，甚至可能反过来：小模型一步的时间主要是 Python 和算子的固定开销，而我们的引擎每一步还要做调度、准备块表、补齐注意力——这些记账在 CPU 上不比省下的前向便宜多少。结果相同（上面的 `True`）是前提：快而不对没有意义。
 
 # %% [markdown]
-# #### 前缀缓存从多长开始划算？一步的时间花在哪里？
+# ##### 前缀缓存从多长开始划算？一步的时间花在哪里？
 #
 # 下一格对几种 prompt 长度各做两件事：新引擎上从头 prefill 整个 prompt（冷），和先让引擎算过前 90%（按整块）、再 prefill 整个 prompt（热：只算最后 10%）。两者都是 `engine.generate([prompt], 1)` 的墙钟时间，即这个请求的 TTFT，预热一次后各量 3 次。加速比 = 冷 / 热。然后量 decode 步：1 个和多个请求一起 decode 时一步多久，与两条下限并列：
 #
