@@ -243,7 +243,7 @@ def measurement_plan(model):
     longest = model.config.max_position_embeddings - 1
     if not on_gpu:
         return {"requests": 16, "system_len": 192, "user_len": (8, 48), "output_len": (6, 16), "systems": 2,
-                "budgets": (64, 512), "repeats": 2, "prefill_lengths": [n for n in (128, 256, 512, 1024) if n <= longest],
+                "budgets": (64, 512), "repeats": 2, "prefill_lengths": [n for n in (32, 64, 128, 256, 512, 1024) if n <= longest],
                 "decode_batches": (1, 8), "context": 256, "one_at_a_time": 6}
     return {"requests": 48, "system_len": 1024, "user_len": (32, 256), "output_len": (32, 96), "systems": 4,
             "budgets": (512, 2048), "repeats": 2,
@@ -327,7 +327,7 @@ if plt is not None:
 # %% [markdown]
 # **怎么读。** 先看判断行：只有当两遍运行的范围不重叠时，它才说“缓存开的 TTFT 更低”。在 CPU 的小模型上，system prompt 占了 prompt 的大部分，缓存一开，真正要算的 prompt token 就只剩问题那几十个，TTFT 通常明显下降；TBT 几乎不动，因为前缀缓存省的是 prefill，不是 decode。预算的作用和 4.6 节一样：预算小，一步塞进的 prefill 少，TBT 低、TTFT 高。
 #
-# 模拟与实测差多少，取决于步时模型 `a + b·N_tok + c·W` 对这台设备的引擎有多准：它没有排队之外的抖动，也不知道 Python 的记账（调度、准备输入、采样）在每一步里占多少——这些都被拟合进了 `a`。两者的 p50 在同一个量级、随预算和缓存朝同一个方向变，就说明 4.6 节的结论在你的设备上成立；p99 由最慢的一两个请求决定，差得多是常态。
+# 模拟与实测差多少，取决于步时模型 `a + b·N_tok + c·W` 对这台设备的引擎有多准：它没有排队之外的抖动，也不知道 Python 的记账（调度、准备输入、采样）在每一步里占多少——这些都被拟合进了 `a`。模拟还漏掉了 `step()` 之外的时间（把请求交给引擎、驱动循环本身）；机器忙时（别的进程在抢 CPU），实测的步时拖着长尾，而按相对误差拟合的模型贴着典型的步，模拟的数会系统地偏低。两者随预算和缓存朝同一个方向变，就说明 4.6 节的结论在你的设备上成立；p99 由最慢的一两个请求决定，差得多是常态。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_one_at_a_time", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 实测：同一批请求，全部同时交给引擎 vs 一次一个（generate_greedy；装了 transformers 时加上它的 generate）
@@ -449,7 +449,7 @@ if plt is not None and any(not r["oom"] for r in prefill_rows):
     plt.show()
 
 # %% [markdown]
-# **怎么读。** 命中 90% 时，线性层只算 10% 的 token，理想的加速比是 10×；注意力的运算量随长度平方增长，而热的 prefill 只有 10% 的查询，所以长 prompt 上加速比可以超过 10×。实测的加速比从短 prompt 的 1× 左右开始，随长度上升：短的时候，不管算多少 token，一次前向的时间都差不多——时间花在每一步都要付的固定开销上，而不是 token 上；前缀缓存省下的是 token 的计算，省不掉固定开销。prompt 长到一次前向的时间主要由 token 数决定时，缓存才开始划算。表下那一行告诉你在这台设备上这个长度是多少。
+# **怎么读。** 命中 90% 时，线性层只算 10% 的 token，理想的加速比是 10×；注意力的运算量随长度平方增长，而热的 prefill 只有 10% 的查询，所以长 prompt 上加速比可以超过 10×。实测的加速比在短 prompt 上远低于这个数，随长度上升：短的时候，不管算多少 token，一次前向的时间都差不多——时间花在每一步都要付的固定开销上，而不是 token 上；前缀缓存省下的是 token 的计算，省不掉固定开销。prompt 长到一次前向的时间主要由 token 数决定时，缓存才真正划算。表下那一行告诉你在这台设备上从多长开始“各次都更快”；在 CPU 的小模型上，固定开销只有几毫秒，几十个 token 就够了，在快 GPU 上的真实模型要长得多（见下一段）。
 #
 # **为什么小模型在快 GPU 上是“发射受限”的。** 一步 decode 至少要把全部权重读一遍：Qwen2.5-0.5B 在 16 位下约 1 GB，H200 的带宽约 4.8 TB/s（规格表），读一遍约 0.2 ms；T4（320 GB/s）约 3 ms。可是这一步还要发出几百个算子：24 层，每层十几到二十几个（两个范数、三个投影、RoPE、注意力、MLP……），引擎自己还要写池、按块表 gather、做掩码；每个算子从 Python 发到 GPU 要几微秒，而它在 GPU 上的计算往往只要几微秒。于是一步的时间由“发了多少个算子”决定，几乎与这一步有多少 token 无关。我们在一张 H200 上量过（2026-12-04，Qwen2.5-0.5B 的形状、随机权重、fp16、transformers 的 eager 实现，10 次的中位数）：一次前向约 20 ms，不论处理 1 个还是 2,048 个 token；90% 命中的 prefill 加速比在 2,048 token 时是 0.86×（更慢）、8,192 时 1.2×、16,384 时 3.1×；同一个 prompt 切成 256 的块要多花 9–20 倍时间，因为每一块都重新付一遍这笔固定开销。这也是 vLLM、SGLang 用 CUDA graph 把一个 decode 步录成一次发射的原因。
 #
