@@ -229,9 +229,15 @@ def _compare_runs(ns, todo, seed, workloads=30):
         settings, requests = _random_workload(rng)
         with _Isolated(ns, None):
             expected, _ = _drive(ns, settings, requests)
-        with _Isolated(ns, todo):
-            got, manager = _drive(ns, settings, requests)
         shown = [(step, rid, len(p), m) for step, rid, p, m in requests]
+        with _Isolated(ns, todo):
+            try:
+                got, manager = _drive(ns, settings, requests)
+            except Exception as error:  # noqa: BLE001  (the learner's code may fail in any way)
+                raise AssertionError(
+                    f"TODO {todo}: 设置 {settings}，请求 (到达的步, id, prompt 长度, max_tokens) = {shown}\n"
+                    f"跑到一半抛出 {type(error).__name__}: {error}"
+                ) from None
         for index, (want, have) in enumerate(zip(expected, got)):
             for field, w, h in zip(_FIELDS, want, have):
                 assert w == h, (

@@ -83,6 +83,8 @@ def check_todo20_not_enough(ns):
             pool.get_new_blocks(2)
         except ValueError:
             pass
+        except Exception as error:  # noqa: BLE001  (any other error is the mistake this check names)
+            raise AssertionError(f"TODO 20: 只剩 1 个空闲块时 get_new_blocks(2) 应抛 ValueError，得到 {type(error).__name__}: {error}") from None
         else:
             raise AssertionError("TODO 20: 只剩 1 个空闲块时 get_new_blocks(2) 应抛 ValueError，却没有抛")
         after = (list(pool.free_block_queue), [b.ref_cnt for b in pool.blocks], dict(pool.cached_block_hash_to_block))
@@ -103,7 +105,7 @@ def _request(ns, rid, prompt, computed=0, outputs=(), max_tokens=8):
     return request
 
 
-@check(points=3, title="块数", says="按这一步的 token 要块：ceil((已算 + 新) / block_size) 减去已有的和命中的")
+@check(points=2, title="块数", says="按这一步的 token 要块：ceil((已算 + 新) / block_size) 减去已有的和命中的")
 def check_todo21_block_count(ns):
     """allocate_slots takes exactly the blocks this step's tokens need, chunk after chunk."""
     with _Isolated(ns, 21):
@@ -120,7 +122,6 @@ def check_todo21_block_count(ns):
         assert manager.block_pool.get_num_free_blocks() == 6, (
             f"TODO 21: 池里 10 个块、请求用了 4 个，应剩 6 个空闲块，得到 {manager.block_pool.get_num_free_blocks()}"
         )
-        _compare_runs(ns, 21, seed=3421, workloads=12)
 
 
 @check(points=2, title="命中的块", says="命中的空闲块也占名额；不够时返回 None 且什么都不改；先 touch 再拿新块")
@@ -133,7 +134,12 @@ def check_todo21_hit_blocks(ns):
         b = _request(ns, "b", [1, 2, 3, 4, 9, 9, 9], max_tokens=1)
         hits, _ = manager.get_computed_blocks(b)
         before = (list(manager.block_pool.free_block_queue), dict(manager.req_to_blocks))
-        got = _call("allocate_slots(b, 3, 命中的 2 块)", manager.allocate_slots, b, 3, hits)
+        try:
+            got = manager.allocate_slots(b, 3, hits)
+        except NotImplementedError:
+            raise
+        except Exception as error:  # noqa: BLE001  (e.g. get_new_blocks refusing: the mistake this check names)
+            got = f"{type(error).__name__}: {error}"
         after = (list(manager.block_pool.free_block_queue), dict(manager.req_to_blocks))
         assert got is None and after == before, (
             "TODO 21: 3 个块的池，b 命中块 [0, 1]（此刻没人用、在空闲队列里），还要 ceil(7 / 2) - 2 = 2 个新块："
@@ -164,7 +170,7 @@ def _cached_then_freed(ns, manager, prompt):
     manager.free(request)
 
 
-@check(points=3, title="分配时登记", says="这一步算满的块在分配时就登记，同一步后到的请求能命中；不满的块不登记")
+@check(points=2, title="分配时登记", says="这一步算满的块在分配时就登记，同一步后到的请求能命中；不满的块不登记")
 def check_todo21_cache_at_allocation(ns):
     """Full blocks are registered when allocated, so a request arriving while another still
     prefills the same prefix hits them; partial blocks are not registered; caching off registers none."""
@@ -188,6 +194,12 @@ def check_todo21_cache_at_allocation(ns):
         off = ns["KVCacheManager"](20, 4, False)
         _call("allocate_slots(关掉前缀缓存)", off.allocate_slots, _request(ns, "c", system), 12)
         assert not off.block_pool.cached_block_hash_to_block, "TODO 21: 前缀缓存关掉时不应登记任何块"
+
+
+@check(points=2, title="随机轨迹", says="共享前缀、小池子的随机负载：每步的块表、空闲队列、登记的块与参考实现相同")
+def check_todo21_random(ns):
+    """Seeded workloads on small pools, step by step against the references."""
+    _compare_runs(ns, 21, seed=3421, workloads=20)
 
 
 # ---- TODO 22: preemption ----
@@ -257,7 +269,7 @@ def check_todo22_random(ns):
 # ---- TODO 23: the paged attention read ----
 
 
-def _random_step(rng, num_heads=4, num_kv_heads=2, head_dim=8, block_size=4, num_blocks=24, dtype=torch.float64):
+def _random_step(rng, num_heads=2, num_kv_heads=2, head_dim=8, block_size=4, num_blocks=24, dtype=torch.float64):
     """A pool with random K/V and a step of several requests on scattered blocks."""
     gen = torch.Generator().manual_seed(rng.randrange(10**6))
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
@@ -340,7 +352,7 @@ def check_todo23_decode(ns):
 def check_todo23_chunks(ns):
     """Prefill chunks starting mid-sequence and decodes in one step: causal offsets per request."""
     _attention_matches(ns, 3430, 25)
-    _attention_matches(ns, 3431, 8, num_heads=6, num_kv_heads=3, head_dim=4, block_size=3)
+    _attention_matches(ns, 3431, 8, num_heads=3, num_kv_heads=3, head_dim=4, block_size=3)
 
 
 @check(points=2, title="GQA 与 dtype", says="多个查询头共用一个 KV 头；结果的 dtype 同 q；不改池")
@@ -370,7 +382,7 @@ def check_todo24_tokens(ns):
     model = _tiny_model(ns)
     prompts = _chat_prompts(3424)
     with _Isolated(ns, 24):
-        engine = ns["LLMEngine"](model, num_blocks=40, block_size=4, max_num_batched_tokens=8, max_num_seqs=3)
+        engine = ns["LLMEngine"](model, num_blocks=80, block_size=4, max_num_batched_tokens=8, max_num_seqs=3)
         engine.add_request("long", prompts[0], 2)
         first = _call("step()", engine.step)
         assert first == {}, f"TODO 24: 预算 8、prompt {len(prompts[0])} 个 token：第一步只算了 prompt 的一部分，step 应返回 {{}}，得到 {first!r}"
