@@ -1,10 +1,10 @@
 # %% [markdown]
 # ---
-# ## 第五部分：一个引擎，一个真实的模型
+# ## 第五部分（{{points:engine}}）：一个引擎，一个真实的模型
 #
 # 前四部分各自停在引擎的前一步：第二部分复用真实的 KV，但每个请求各拿一份连续的张量；第三部分有哈希链、引用计数和 LRU，块里却没有 KV；第四部分用一个 token 预算排 decode 和 prefill，却不管 KV 放不放得下。这一部分把它们合成一个能服务**真实模型**的引擎，并在你自己的设备上量它。
 #
-# ### 5.1　真实的模型：Qwen2.5-0.5B-Instruct（已给出）
+# #### 5.1　真实的模型：Qwen2.5-0.5B-Instruct（已给出）
 #
 # 我们用纯 PyTorch 写出 Qwen2.5-0.5B-Instruct 的结构，直接读它发布的权重文件（`config.json` + `*.safetensors`）。选它而不选 Qwen3-0.6B，是因为它的注意力只多了 q/k/v 的偏置，没有 Qwen3 的 q/k RMSNorm，要写的部件更少；`transformers` 从 4.37 起就认识它（Qwen3 要 4.51），老环境里也能拿来对照；权重只有约 1 GB（16 位），T4 上用 float16 就能跑。
 #
@@ -312,7 +312,7 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 # %% [markdown]
-# ### 5.2　读 checkpoint：safetensors 文件格式（已给出）
+# #### 5.2　读 checkpoint：safetensors 文件格式（已给出）
 #
 # Hugging Face 发布的权重是 safetensors 格式，结构简单到不需要任何库：
 #
@@ -501,7 +501,7 @@ def generate_greedy(model, prompt_ids, max_tokens, eos_token_ids=()):
     return out
 
 # %% [markdown]
-# ### 5.3　下载、分词器与对话模板（已给出）
+# #### 5.3　下载、分词器与对话模板（已给出）
 #
 # - **下载：** `download_model(repo_id)` 先试魔搭的 `modelscope`（魔搭的 notebook 预装了它，国内下载快），再试 Hugging Face 的 `huggingface_hub`（Colab 预装），哪个能导入、能连上就用哪个，只下 `config.json`、`*.safetensors` 和分词器文件（Qwen2.5-0.5B-Instruct 约 1 GB）。两个都不行时抛出一个一行的 `RuntimeError`，写明各自失败的原因。
 # - **分词器：** `load_tokenizer(path)` 用 `tokenizers` 包读 `tokenizer.json`（Colab 和魔搭都预装）；没装时打印一行说明，返回 `None`，后面的实验就直接用 token id。
@@ -630,7 +630,7 @@ def load_tokenizer(path):
     return ChatTokenizer(path)
 
 # %% [markdown]
-# ### 5.4　选一个模型
+# #### 5.4　选一个模型
 #
 # 下一格决定这一部分用哪个模型。默认 `MODEL_SOURCE = "auto"`：有 GPU 时下载真实的 Qwen2.5-0.5B-Instruct，没有 GPU 时用**随机权重的小模型**（结构相同，4 层、宽 128，CPU 上一步几毫秒）——引擎的对错与权重无关，小模型足够验证；它说不了“真实模型在你的设备上快多少”。想在 CPU 上也用真实模型，改成 `"hub"`（下载约 1 GB，CPU 上一步约几十到几百毫秒）；`"tiny"` 总是用小模型；也可以写一个本地 checkpoint 文件夹的路径。下载失败时，这一格打印一行原因，改用小模型。
 
