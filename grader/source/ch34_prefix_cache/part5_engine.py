@@ -354,7 +354,7 @@ class EngineScheduler(Scheduler):
         ### END SOLUTION
 
     def _schedule_waiting(self, out, token_budget: int) -> None:
-        while self.waiting and token_budget > 0 and len(self.running) < self.max_num_seqs:
+        while token_budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:  # 第四部分的条件
             request = self.waiting[0]
             hit_blocks, num_hit_tokens = self.kv_cache_manager.get_computed_blocks(request)
             num_new_tokens = self._num_new_tokens(request, num_hit_tokens, token_budget)
@@ -679,8 +679,13 @@ def visible_check_todo21():
     table = manager.get_block_ids("b")
     assert table[:1] == manager.get_block_ids("a")[:1] and len(table) == 2 and manager.block_pool.blocks[table[0]].ref_cnt == 2, f"TODO 21: b 命中 a 的第一块，块表应以它开头、再接 1 个新块，那个共享块 ref_cnt 为 2；得到块表 {table}"
     a.num_computed_tokens = 6
-    assert manager.allocate_slots(a, 400) is None, "TODO 21: 池里只剩 5 个空闲块，要 100 多个块时应返回 None"
-    assert len(manager.get_block_ids("a")) == 2, "TODO 21: 返回 None 时不应改块表"
+    first_two = manager.get_block_ids("a")
+    manager.allocate_slots(a, 4)  # 第二块：已算 6 个、再 4 个，共 3 个块
+    table = manager.get_block_ids("a")
+    assert len(table) == 3 and table[:2] == first_two, f"TODO 21: a 已有块 {first_two}，第二块 4 个 token 之后共要 3 个块：块表应是原来的 2 个块接 1 个新块，得到 {table}"
+    a.num_computed_tokens = 10
+    assert manager.allocate_slots(a, 400) is None, "TODO 21: 池里只剩 4 个空闲块，要 100 多个块时应返回 None"
+    assert len(manager.get_block_ids("a")) == 3, "TODO 21: 返回 None 时不应改块表"
 
 
 def visible_check_todo22():
