@@ -39,7 +39,9 @@ def ns():
     """The reference cells above, executed in one namespace (solution markers removed)."""
     namespace = {"__name__": "part5_engine"}
     exec("import random\nfrom dataclasses import dataclass, field\nimport torch", namespace)
-    cells = {nbgrader_meta(c).get("grade_id"): c for c in read_source().cells if c.cell_type == "code"}
+    cells = {
+        nbgrader_meta(c).get("grade_id"): c for c in read_source().cells if c.cell_type == "code"
+    }
     for grade_id in CELLS:
         exec(compile(strip_solution_markers(cells[grade_id].source), grade_id, "exec"), namespace)
     return namespace
@@ -47,8 +49,14 @@ def ns():
 
 @pytest.fixture(scope="module")
 def model(ns):
-    config = ns["tiny_qwen2_config"](vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, num_key_value_heads=2)
+    config = ns["tiny_qwen2_config"](
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
     return ns["random_model"](config, seed=7, dtype=torch.float64)
 
 
@@ -65,7 +73,9 @@ def chat_prompts(seed, count=6, system_len=22):
     """Prompts sharing a system prompt (not block-aligned), one unrelated, one repeated whole."""
     rng = random.Random(seed)
     system = [rng.randrange(VOCAB) for _ in range(system_len)]
-    prompts = [system + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 14))] for _ in range(count - 2)]
+    prompts = [
+        system + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 14))] for _ in range(count - 2)
+    ]
     return prompts + [[rng.randrange(VOCAB) for _ in range(rng.randint(3, 30))], list(prompts[0])]
 
 
@@ -79,11 +89,21 @@ def workload(model):
 
 
 @pytest.mark.parametrize("caching", [True, False], ids=["cache-on", "cache-off"])
-@pytest.mark.parametrize("budget", [BLOCK, 2 * BLOCK + 3, 64], ids=["one-block", "odd", "whole-prompt"])
-def test_generate_equals_greedy_alone_for_every_budget_with_caching_on_and_off(ns, model, workload, caching, budget):
+@pytest.mark.parametrize(
+    "budget", [BLOCK, 2 * BLOCK + 3, 64], ids=["one-block", "odd", "whole-prompt"]
+)
+def test_generate_equals_greedy_alone_for_every_budget_with_caching_on_and_off(
+    ns, model, workload, caching, budget
+):
     prompts, expected = workload
-    engine = ns["LLMEngine"](model, num_blocks=200, block_size=BLOCK, max_num_batched_tokens=budget,
-                             max_num_seqs=4, enable_prefix_caching=caching)
+    engine = ns["LLMEngine"](
+        model,
+        num_blocks=200,
+        block_size=BLOCK,
+        max_num_batched_tokens=budget,
+        max_num_seqs=4,
+        enable_prefix_caching=caching,
+    )
     assert engine.generate(prompts, MAX_TOKENS) == expected
     stats = engine.stats
     assert stats["num_preemptions"] == 0
@@ -94,9 +114,13 @@ def test_generate_equals_greedy_alone_for_every_budget_with_caching_on_and_off(n
     assert pool.get_num_free_blocks() == 200
 
 
-def test_a_pool_too_small_to_hold_everyone_preempts_and_evicts_yet_generates_the_same(ns, model, workload):
+def test_a_pool_too_small_to_hold_everyone_preempts_and_evicts_yet_generates_the_same(
+    ns, model, workload
+):
     prompts, expected = workload
-    engine = ns["LLMEngine"](model, num_blocks=12, block_size=BLOCK, max_num_batched_tokens=16, max_num_seqs=4)
+    engine = ns["LLMEngine"](
+        model, num_blocks=12, block_size=BLOCK, max_num_batched_tokens=16, max_num_seqs=4
+    )
     assert engine.generate(prompts, MAX_TOKENS) == expected
     stats = engine.stats
     assert stats["num_preemptions"] > 0 and stats["num_evicted_blocks"] > 0, stats
@@ -105,14 +129,29 @@ def test_a_pool_too_small_to_hold_everyone_preempts_and_evicts_yet_generates_the
 
 
 @settings(max_examples=12, deadline=None, derandomize=True)
-@given(seed=st.integers(0, 10**6), num_blocks=st.integers(9, 40), budget=st.integers(1, 40),
-       max_num_seqs=st.integers(1, 5), caching=st.booleans())
-def test_generate_equals_greedy_alone_on_random_workloads(ns, model, seed, num_blocks, budget, max_num_seqs, caching):
+@given(
+    seed=st.integers(0, 10**6),
+    num_blocks=st.integers(9, 40),
+    budget=st.integers(1, 40),
+    max_num_seqs=st.integers(1, 5),
+    caching=st.booleans(),
+)
+def test_generate_equals_greedy_alone_on_random_workloads(
+    ns, model, seed, num_blocks, budget, max_num_seqs, caching
+):
     rng = random.Random(seed)
     prompts = chat_prompts(seed, count=rng.randint(3, 5), system_len=rng.randint(1, 14))
-    prompts = [p[:20] for p in prompts]  # 20 + 4 - 1 tokens: 6 blocks of 4, within the smallest pool
-    engine = ns["LLMEngine"](model, num_blocks=num_blocks, block_size=BLOCK, max_num_batched_tokens=budget,
-                             max_num_seqs=max_num_seqs, enable_prefix_caching=caching)
+    prompts = [
+        p[:20] for p in prompts
+    ]  # 20 + 4 - 1 tokens: 6 blocks of 4, within the smallest pool
+    engine = ns["LLMEngine"](
+        model,
+        num_blocks=num_blocks,
+        block_size=BLOCK,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        enable_prefix_caching=caching,
+    )
     assert engine.generate(prompts, 4) == [greedy_alone(model, p, 4) for p in prompts]
     engine.kv_cache_manager.block_pool.check_integrity()
 
@@ -120,7 +159,9 @@ def test_generate_equals_greedy_alone_on_random_workloads(ns, model, seed, num_b
 def test_a_request_arriving_mid_prefill_hits_blocks_computed_in_the_same_step(ns, model):
     system = [(5 * i) % VOCAB for i in range(24)]
     prompts = {"first": system + [1, 2, 3], "second": system + [4, 5]}
-    engine = ns["LLMEngine"](model, num_blocks=64, block_size=BLOCK, max_num_batched_tokens=16, max_num_seqs=4)
+    engine = ns["LLMEngine"](
+        model, num_blocks=64, block_size=BLOCK, max_num_batched_tokens=16, max_num_seqs=4
+    )
     engine.add_request("first", prompts["first"], 3)
     outputs = {rid: [] for rid in prompts}
     assert engine.step() == {}  # 16 of its 27 tokens
@@ -145,11 +186,15 @@ def test_one_step_is_one_forward_pass_for_all_its_requests(ns, model, monkeypatc
         return real(q, k_cache, v_cache, meta)
 
     monkeypatch.setitem(ns, "paged_attention", counted)
-    engine = ns["LLMEngine"](model, num_blocks=64, block_size=BLOCK, max_num_batched_tokens=64, max_num_seqs=8)
+    engine = ns["LLMEngine"](
+        model, num_blocks=64, block_size=BLOCK, max_num_batched_tokens=64, max_num_seqs=8
+    )
     for i in range(5):
         engine.add_request(f"r{i}", [i + 1] * (3 + i), 3)
     engine.step()
-    assert calls == [5] * model.config.num_hidden_layers  # each layer once, all five requests together
+    assert (
+        calls == [5] * model.config.num_hidden_layers
+    )  # each layer once, all five requests together
 
 
 def test_a_pool_too_small_for_one_request_is_a_clear_error_and_nothing_is_submitted(ns, model):

@@ -1,7 +1,7 @@
 # %% [markdown]
-# ## 第五部分（{{points:engine}}）：把四部分拼成一个引擎——分页 KV 池、分配与抢占、一次前向算完一步
+# #### 5.5　引擎：分页 KV 池、块池与 `allocate_slots`（TODO 20–21）
 #
-# 前四部分各停在引擎前一步：第二部分复用真实的 KV，但每个请求拿着自己连续的张量；第三部分有哈希链、引用计数和淘汰队列，可它的块里没有 KV；第四部分用一个 token 预算排步，却不管 KV 放不放得下，也就没有抢占。vLLM 里这些是**同一个机制**：
+# 第二部分的 KV、第三部分的块缓存、第四部分的调度器，在 vLLM 里是**同一个机制**的几层：
 #
 # | 层 | vLLM v1 的文件与名字 | 它只回答一个问题 | 这里 |
 # |---|---|---|---|
@@ -11,13 +11,13 @@
 # | 模型执行 | `worker/gpu_model_runner.py` 与注意力后端 | 把这一步所有请求的 token 拼成一批，一次前向；K/V 写进池、再按块表读出 | `ModelRunner`、`paged_attention`（**TODO 23**） |
 # | 引擎 | `engine/llm_engine.py`（`LLMEngine.step`） | 一步 = 调度 → 前向 → 收下采样的 token → 释放结束的请求 | `LLMEngine`（**TODO 24**） |
 #
-# 调度器从不碰 block id，块池从不看请求的 token：每一层只用下一层的名字说话。模型就是上一节的 `Qwen2ForCausalLM`：它在每一层调用 `attention(layer_idx, q, k, v)`，我们传进去的 `attention` 对象把 K/V 写进池、再按块表读出来。本部分默认单独记录，是否计入成绩见第一格。
+# 调度器从不碰 block id，块池从不看请求的 token：每一层只用下一层的名字说话。模型就是 5.1 节的 `Qwen2ForCausalLM`：它在每一层调用 `attention(layer_idx, q, k, v)`，我们传进去的 `attention` 对象把 K/V 写进池、再按块表读出来。
 #
-# #### 5.1　分页 KV 池
+# ##### 分页 KV 池
 #
 # 每一层的 K 和 V 各是一个张量 `[num_blocks, block_size, num_kv_heads, head_dim]`。一个请求拥有一张**块表**（block table）：第 i 个元素是存它第 i 块 token 的物理块号。位置 `p` 的 token 存在块 `block_table[p // block_size]` 的第 `p % block_size` 格，也就是把池子看成 `[num_blocks * block_size, ...]` 之后的第 `block_id * block_size + p % block_size` 个**槽**（slot）。两个请求的前缀相同，它们的块表就可以指向同一批物理块——前缀缓存就是“块表共享”。
 #
-# #### 5.2　块池：空闲队列就是淘汰顺序
+# ##### 块池：空闲队列就是淘汰顺序
 #
 # 第三部分用两个队列（空闲块、可淘汰块）；vLLM 只用**一个**：`free_block_queue` 装着所有没人用（`ref_cnt == 0`）的块，按淘汰顺序排，队首最先被拿走。没登记过的块和登记过、暂时没人用的缓存块都在里面：
 #
@@ -27,7 +27,7 @@
 #
 # 块的 hash 沿用第三部分的哈希链：第 i 块的 hash 覆盖父块的 hash 和本块的 token。vLLM 默认用 SHA-256（`prefix_caching_hash_algo`），命中时不再核对块里的 token；第三部分用 Python 的 64 位 `hash`，所以要核对。这里和 vLLM 一样用 SHA-256。（vLLM 还把 0 号块留作占位的 null block；这里没有这个需要，每个块都可用。）
 #
-# #### 5.3　`allocate_slots`：分配时就登记满块
+# ##### `allocate_slots`：分配时就登记满块
 #
 # 调度器每给一个请求排 `num_new_tokens` 个 token，就调用一次 `allocate_slots(request, num_new_tokens, new_computed_blocks)`（**TODO 21**）：
 #
@@ -38,36 +38,6 @@
 #
 # 完整命中仍然按第四部分 TODO 15 的规则封顶：`get_computed_blocks` 最多命中 `(num_tokens - 1) // block_size` 个块（已给出）。
 #
-# #### 5.4　抢占：vLLM 的规则
-#
-# `Scheduler.schedule` 给 running 里的请求排 token 时，`allocate_slots` 返回 `None`，说明池子不够。FCFS 策略下 vLLM 做的是（0.33.0，`schedule` 里 `allocate_slots` 外面那个 `while True`）：
-#
-# 1. 抢占 running 里**最后接纳**的请求：`self.running.pop()`；
-# 2. 释放它的块（`kv_cache_manager.free`），`num_computed_tokens` 归零，放回 waiting 的**队头**（`prepend_request`）；已经生成的 token 留着，以后连同它们一起重算——它的前缀还在缓存里的部分会再次命中；
-# 3. 再试一次 `allocate_slots`；被抢占的正是当前请求自己时，这个请求这一步排不上，停止排 running；
-# 4. 这一步只要有过抢占，就**不再接纳**新请求（`if not preempted_reqs:` 才排 waiting）。
-#
-# **TODO 22 `_allocate_or_preempt(request, num_new_tokens, out)`** 就是 1–3：分配成功返回 `True`；被抢占的请求 id 依次记进 `out.preempted_req_ids`；当前请求自己被抢占时返回 `False`。新请求的接纳（`_schedule_waiting`）不抢占别人：分配不到就停下，等下一步。
-#
-# #### 5.5　一步一次前向：扁平的 token、块表和槽位
-#
-# 一步里所有被调度的请求（decode 的 1 个 token、prefill 的一块）拼成一条扁平的序列，一次前向算完。`ModelRunner.prepare_inputs`（已给出）为它准备：
-#
-# - `input_ids`、`positions`：每个 token 和它在**自己请求里**的位置（从这个请求的 `num_computed_tokens` 接着数，RoPE 用它）；
-# - `slot_mapping[t]`：第 t 个 token 的 K/V 写到池里哪个槽；
-# - `block_table[r]`：第 r 个请求的块表（右边补 0，补的块不会被读到）；`seq_lens[r]`：这一步之后它有 KV 的 token 数；`query_lens[r]`：这一步它有几个 token；`token_request[t]`、`token_index[t]`：第 t 个 token 属于第几个请求、是它这一步的第几个 token；
-# - `logits_indices`：只有**追上**的请求（这一步算到 `num_tokens`）要采样，只对它们最后一个 token 算 lm_head。
-#
-# 每一层里，`PagedAttention` 先把这一步的 k、v 按 `slot_mapping` 写进池，再调用 **`paged_attention`（TODO 23）**：对每个请求，按块表把它位置 `0 .. seq_lens[r]-1` 的 K/V 从池里取出来（一次 gather 取全部请求，补齐到最长的一个），查询按请求补齐成 `[R, max_query_len, ...]`，第 r 个请求的第 i 个查询位置是 `seq_lens[r] - query_lens[r] + i`，它只能看位置不超过自己的键（因果掩码的偏移就在这里）。**不许**按请求写 Python 循环：一步 64 个请求就是 64 次小矩阵乘，GPU 上每次都要付一次 kernel 启动的代价（第 5 节量这件事）。
-#
-# 算出来的结果不应依赖于怎么分块、命中了多少、和谁拼在一批、有没有被抢占过：每个请求生成的 token 都应与一个请求单独、不带缓存地逐个贪心解码完全相同。5.7 节的演示和 `tests/test_engine.py` 检查的就是这一点。
-#
-# #### 5.6　`LLMEngine`
-#
-# `LLMEngine(model, num_blocks, block_size=16, max_num_batched_tokens=512, max_num_seqs=16, enable_prefix_caching=True)`；`add_request(request_id, prompt_token_ids, max_tokens)`；`step() -> {request_id: 这一步采样的 token}`（只含采样了的请求）；`has_unfinished_requests()`；`generate(prompts, max_tokens) -> 每个 prompt 生成的 token`（贪心，全部同时提交，按 prompt 的顺序返回）；`stats`：`num_steps`、`num_preemptions`、`prefix_cache_query_tokens`、`prefix_cache_hit_tokens`（与 vLLM 一样只算第一次接纳；被抢占后重新接纳的另记在 `preempted_prefix_cache_*`）、`num_evicted_blocks`。一个请求即使独占整个池也放不下（`ceil((prompt + max_tokens - 1) / block_size) > num_blocks`）时，`add_request` 直接抛 `ValueError`，而不是永远排不上。
-#
-# **TODO 24 `step()`**：`schedule()` → `model_runner.execute_model(...)` → 第四部分的 `update_from_output` → 释放这一步结束的请求的块（`kv_cache_manager.free`），返回采样的 token。
-
 # %% nbgrader={"grade": false, "grade_id": "engine_hashing", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import hashlib
 from collections import OrderedDict
@@ -283,6 +253,39 @@ class KVCacheManager:
         return [block.block_id for block in self.req_to_blocks.get(request_id, [])]
 
 
+# %% [markdown]
+# #### 5.6　抢占、一步一次前向与 `LLMEngine`（TODO 22–24）
+#
+# ##### 抢占：vLLM 的规则
+#
+# `Scheduler.schedule` 给 running 里的请求排 token 时，`allocate_slots` 返回 `None`，说明池子不够。FCFS 策略下 vLLM 做的是（0.33.0，`schedule` 里 `allocate_slots` 外面那个 `while True`）：
+#
+# 1. 抢占 running 里**最后接纳**的请求：`self.running.pop()`；
+# 2. 释放它的块（`kv_cache_manager.free`），`num_computed_tokens` 归零，放回 waiting 的**队头**（`prepend_request`）；已经生成的 token 留着，以后连同它们一起重算——它的前缀还在缓存里的部分会再次命中；
+# 3. 再试一次 `allocate_slots`；被抢占的正是当前请求自己时，这个请求这一步排不上，停止排 running；
+# 4. 这一步只要有过抢占，就**不再接纳**新请求（`if not preempted_reqs:` 才排 waiting）。
+#
+# **TODO 22 `_allocate_or_preempt(request, num_new_tokens, out)`** 就是 1–3：分配成功返回 `True`；被抢占的请求 id 依次记进 `out.preempted_req_ids`；当前请求自己被抢占时返回 `False`。新请求的接纳（`_schedule_waiting`）不抢占别人：分配不到就停下，等下一步。
+#
+# ##### 一步一次前向：扁平的 token、块表和槽位
+#
+# 一步里所有被调度的请求（decode 的 1 个 token、prefill 的一块）拼成一条扁平的序列，一次前向算完。`ModelRunner.prepare_inputs`（已给出）为它准备：
+#
+# - `input_ids`、`positions`：每个 token 和它在**自己请求里**的位置（从这个请求的 `num_computed_tokens` 接着数，RoPE 用它）；
+# - `slot_mapping[t]`：第 t 个 token 的 K/V 写到池里哪个槽；
+# - `block_table[r]`：第 r 个请求的块表（右边补 0，补的块不会被读到）；`seq_lens[r]`：这一步之后它有 KV 的 token 数；`query_lens[r]`：这一步它有几个 token；`token_request[t]`、`token_index[t]`：第 t 个 token 属于第几个请求、是它这一步的第几个 token；
+# - `logits_indices`：只有**追上**的请求（这一步算到 `num_tokens`）要采样，只对它们最后一个 token 算 lm_head。
+#
+# 每一层里，`PagedAttention` 先把这一步的 k、v 按 `slot_mapping` 写进池，再调用 **`paged_attention`（TODO 23）**：对每个请求，按块表把它位置 `0 .. seq_lens[r]-1` 的 K/V 从池里取出来（一次 gather 取全部请求，补齐到最长的一个），查询按请求补齐成 `[R, max_query_len, ...]`，第 r 个请求的第 i 个查询位置是 `seq_lens[r] - query_lens[r] + i`，它只能看位置不超过自己的键（因果掩码的偏移就在这里）。**不许**按请求写 Python 循环：一步 64 个请求就是 64 次小矩阵乘，GPU 上每次都要付一次 kernel 启动的代价（5.8 节量这件事）。
+#
+# 算出来的结果不应依赖于怎么分块、命中了多少、和谁拼在一批、有没有被抢占过：每个请求生成的 token 都应与一个请求单独、不带缓存地逐个贪心解码完全相同。5.7 节的演示检查的就是这一点。
+#
+# ##### `LLMEngine`
+#
+# `LLMEngine(model, num_blocks, block_size=16, max_num_batched_tokens=512, max_num_seqs=16, enable_prefix_caching=True)`；`add_request(request_id, prompt_token_ids, max_tokens)`；`step() -> {request_id: 这一步采样的 token}`（只含采样了的请求）；`has_unfinished_requests()`；`generate(prompts, max_tokens) -> 每个 prompt 生成的 token`（贪心，全部同时提交，按 prompt 的顺序返回）；`stats`：`num_steps`、`num_preemptions`、`prefix_cache_query_tokens`、`prefix_cache_hit_tokens`（与 vLLM 一样只算第一次接纳；被抢占后重新接纳的另记在 `preempted_prefix_cache_*`）、`num_evicted_blocks`。一个请求即使独占整个池也放不下（`ceil((prompt + max_tokens - 1) / block_size) > num_blocks`）时，`add_request` 直接抛 `ValueError`，而不是永远排不上。
+#
+# **TODO 24 `step()`**：`schedule()` → `model_runner.execute_model(...)` → 第四部分的 `update_from_output` → 释放这一步结束的请求的块（`kv_cache_manager.free`），返回采样的 token。
+
 # %% nbgrader={"grade": false, "grade_id": "engine_scheduler", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @dataclass
 class EngineSchedulerOutput(SchedulerOutput):
@@ -398,7 +401,7 @@ def paged_attention(q, k_cache, v_cache, meta):
     # seq_lens[r] - query_lens[r] + i，掩掉位置更大的键；(4) softmax(q·k / sqrt(d)) · v，再按 (token_request, token_index) 取回 [T, ...]。
     ### BEGIN SOLUTION
     num_heads, head_dim = q.shape[1], q.shape[2]
-    num_blocks, block_size, num_kv_heads = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_reqs, max_blocks = meta.block_table.shape
     key_pos = torch.arange(max_blocks * block_size, device=q.device)  # [L]
     slots = meta.block_table[:, key_pos // block_size] * block_size + key_pos % block_size  # [R, L]

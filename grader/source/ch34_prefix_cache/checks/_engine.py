@@ -13,7 +13,6 @@ import random
 
 import torch
 
-
 # ---- references of TODO 20-24 (and of the two part-four methods the engine inherits) ----
 
 
