@@ -237,6 +237,16 @@ def one_at_a_time_seconds(generate_one, prompts, max_tokens):
     return time.perf_counter() - began
 
 
+def engine_unfinished_message():
+    """第四、五部分的 TODO 还没写完（引擎抛 NotImplementedError）时返回一行提示；写完了返回 None。"""
+    probe = random_model(tiny_qwen2_config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1), seed=0)
+    try:
+        LLMEngine(probe, 8, 16, 32, 2).generate([[1, 2, 3], [1, 2, 4]], 2)
+    except NotImplementedError:
+        return "请先完成第四部分的 TODO 15–19 和第五部分的 TODO 20–24，再运行这一格的测量。"
+    return None
+
+
 def measurement_plan(model):
     """按设备和模型选这一节的规模：CPU 上小（整节十几秒），GPU 上按真实模型的量级。"""
     on_gpu = next(model.parameters()).device.type == "cuda"
@@ -257,72 +267,76 @@ def measurement_plan(model):
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_serving", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 实测：你的 LLMEngine 服务一串共享 system prompt 的聊天请求（前缀缓存开 / 关 × 预算），旁边是 4.6 节的模拟
-plan = measurement_plan(llm)
-serve_threads = torch.get_num_threads()
-if LLM_DEVICE == "cpu":
-    torch.set_num_threads(1)  # 小模型在 1 个线程上更快，也不和别的进程抢
-try:
-    chat, chat_rate, offline = calibrated_chat_workload(llm, plan["requests"], plan["system_len"], plan["user_len"], plan["output_len"],
-                                                        plan["systems"], max(plan["budgets"]))
-    chat_blocks = pool_blocks_for(chat, 16)
-    print(f"{llm_note}\n负载：{len(chat)} 个请求，{plan['systems']} 段 {plan['system_len']} token 的共享 system prompt + {plan['user_len'][0]}–{plan['user_len'][1]} token 的问题，"
-          f"各生成 {plan['output_len'][0]}–{plan['output_len'][1]} 个 token；离线（同时到达）{offline['makespan']:.2f} s 跑完，"
-          f"{offline['throughput']:.0f} token/s；在线到达率取它的 60%：每秒 {chat_rate:.1f} 个请求")
-    serving_runs = {}
+engine_missing = engine_unfinished_message()
+if engine_missing:
+    print(engine_missing)
+else:
+    plan = measurement_plan(llm)
+    serve_threads = torch.get_num_threads()
+    if LLM_DEVICE == "cpu":
+        torch.set_num_threads(1)  # 小模型在 1 个线程上更快，也不和别的进程抢
+    try:
+        chat, chat_rate, offline = calibrated_chat_workload(llm, plan["requests"], plan["system_len"], plan["user_len"], plan["output_len"],
+                                                            plan["systems"], max(plan["budgets"]))
+        chat_blocks = pool_blocks_for(chat, 16)
+        print(f"{llm_note}\n负载：{len(chat)} 个请求，{plan['systems']} 段 {plan['system_len']} token 的共享 system prompt + {plan['user_len'][0]}–{plan['user_len'][1]} token 的问题，"
+              f"各生成 {plan['output_len'][0]}–{plan['output_len'][1]} 个 token；离线（同时到达）{offline['makespan']:.2f} s 跑完，"
+              f"{offline['throughput']:.0f} token/s；在线到达率取它的 60%：每秒 {chat_rate:.1f} 个请求")
+        serving_runs = {}
+        for budget in plan["budgets"]:
+            for caching in (True, False):
+                serving_runs[(budget, caching)] = [
+                    serve_workload(LLMEngine(llm, chat_blocks, 16, budget, 16, enable_prefix_caching=caching), chat) for _ in range(plan["repeats"])]
+    finally:
+        torch.set_num_threads(serve_threads)
+
+    all_steps = [s for runs in serving_runs.values() for run in runs for s in run["steps"]]
+    fit_a, fit_b, fit_c = fit_step_model(all_steps)
+    print(f"\n用这些运行的 {len(all_steps):,} 步拟合步时模型：a = {1e3 * fit_a:.2f} ms，b = {1e6 * fit_b:.1f} µs/token，c = {1e9 * fit_c:.2f} ns/(query·key)")
+    serving_rows = []
+    for (budget, caching), runs in serving_runs.items():
+        simulated = serving_result_or_none(lambda: simulate_serving(chat, linear_step_model(fit_a, fit_b, fit_c), budget, max_num_seqs=16,
+                                                                    cache=HashPrefixCache() if caching else None))
+        row = {"label": f"预算 {budget}，缓存{'开' if caching else '关'}", "runs": runs}
+        for key, q in (("ttft", 50), ("ttft", 99), ("tbt", 50), ("tbt", 99)):
+            row[f"{key}_p{q}"] = spread_text([percentile(run[key], q) for run in runs])
+            row[f"sim_{key}_p{q}"] = "—" if simulated is None else f"{1e3 * percentile(simulated[key], q):.1f}"
+        row["throughput"] = spread_text([run["throughput"] for run in runs], scale=1, digits=0)
+        row["hit_share"] = runs[0]["hit_tokens"] / runs[0]["prompt_tokens"]
+        serving_rows.append(row)
+    print(format_table(serving_rows, [("label", "配置", "{}"), ("ttft_p50", "TTFT p50 (ms)", "{}"), ("ttft_p99", "TTFT p99 (ms)", "{}"),
+                                      ("tbt_p50", "TBT p50 (ms)", "{}"), ("tbt_p99", "TBT p99 (ms)", "{}"), ("throughput", "生成 token/s", "{}"),
+                                      ("hit_share", "命中的 prompt token", "{:.0%}"), ("sim_ttft_p50", "模拟 TTFT p50", "{}"), ("sim_tbt_p99", "模拟 TBT p99", "{}")]))
+    if serving_rows[0]["sim_ttft_p50"] == "—":
+        print("（模拟一栏是空的：先完成第四部分的 TODO 15–19。）")
     for budget in plan["budgets"]:
-        for caching in (True, False):
-            serving_runs[(budget, caching)] = [
-                serve_workload(LLMEngine(llm, chat_blocks, 16, budget, 16, enable_prefix_caching=caching), chat) for _ in range(plan["repeats"])]
-finally:
-    torch.set_num_threads(serve_threads)
+        on, off = ([percentile(run["ttft"], 50) for run in serving_runs[(budget, c)]] for c in (True, False))
+        print(f"预算 {budget}：" + compare_verdict("缓存开", on, "缓存关", off, "TTFT p50"))
 
-all_steps = [s for runs in serving_runs.values() for run in runs for s in run["steps"]]
-fit_a, fit_b, fit_c = fit_step_model(all_steps)
-print(f"\n用这些运行的 {len(all_steps):,} 步拟合步时模型：a = {1e3 * fit_a:.2f} ms，b = {1e6 * fit_b:.1f} µs/token，c = {1e9 * fit_c:.2f} ns/(query·key)")
-serving_rows = []
-for (budget, caching), runs in serving_runs.items():
-    simulated = serving_result_or_none(lambda: simulate_serving(chat, linear_step_model(fit_a, fit_b, fit_c), budget, max_num_seqs=16,
-                                                                cache=HashPrefixCache() if caching else None))
-    row = {"label": f"预算 {budget}，缓存{'开' if caching else '关'}", "runs": runs}
-    for key, q in (("ttft", 50), ("ttft", 99), ("tbt", 50), ("tbt", 99)):
-        row[f"{key}_p{q}"] = spread_text([percentile(run[key], q) for run in runs])
-        row[f"sim_{key}_p{q}"] = "—" if simulated is None else f"{1e3 * percentile(simulated[key], q):.1f}"
-    row["throughput"] = spread_text([run["throughput"] for run in runs], scale=1, digits=0)
-    row["hit_share"] = runs[0]["hit_tokens"] / runs[0]["prompt_tokens"]
-    serving_rows.append(row)
-print(format_table(serving_rows, [("label", "配置", "{}"), ("ttft_p50", "TTFT p50 (ms)", "{}"), ("ttft_p99", "TTFT p99 (ms)", "{}"),
-                                  ("tbt_p50", "TBT p50 (ms)", "{}"), ("tbt_p99", "TBT p99 (ms)", "{}"), ("throughput", "生成 token/s", "{}"),
-                                  ("hit_share", "命中的 prompt token", "{:.0%}"), ("sim_ttft_p50", "模拟 TTFT p50", "{}"), ("sim_tbt_p99", "模拟 TBT p99", "{}")]))
-if serving_rows[0]["sim_ttft_p50"] == "—":
-    print("（模拟一栏是空的：先完成第四部分的 TODO 15–19。）")
-for budget in plan["budgets"]:
-    on, off = ([percentile(run["ttft"], 50) for run in serving_runs[(budget, c)]] for c in (True, False))
-    print(f"预算 {budget}：" + compare_verdict("缓存开", on, "缓存关", off, "TTFT p50"))
-
-try:
-    import matplotlib.pyplot as plt
-except ImportError:
-    plt = None
-if plt is not None:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, (key, q) in zip(axes, (("ttft", 50), ("tbt", 99))):
-        for offset, (caching, color) in enumerate(((True, "tab:blue"), (False, "tab:red"))):
-            xs = [i + 0.2 * offset for i in range(len(plan["budgets"]))]
-            values = [[1e3 * percentile(run[key], q) for run in serving_runs[(b, caching)]] for b in plan["budgets"]]
-            mid = [statistics.median(v) for v in values]
-            ax.errorbar(xs, mid, yerr=[[m - min(v) for m, v in zip(mid, values)], [max(v) - m for m, v in zip(mid, values)]],
-                        fmt="o", color=color, capsize=3, label=f"measured, cache {'on' if caching else 'off'}")
-            sims = [r[f"sim_{key}_p{q}"] for r in serving_rows if r["label"].endswith("开" if caching else "关")]
-            if "—" not in sims:
-                ax.plot(xs, [float(s) for s in sims], "x", color=color, markersize=9, label=f"simulated (4.6), cache {'on' if caching else 'off'}")
-        ax.set_xticks(range(len(plan["budgets"])))
-        ax.set_xticklabels([f"budget {b}" for b in plan["budgets"]])
-        ax.set_ylabel(f"{key.upper()} p{q} (ms)")
-        ax.set_yscale("log")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"your engine on {LLM_DEVICE}: measured (median, bars = min-max of {plan['repeats']} runs) vs the step-time simulation")
-    fig.tight_layout()
-    plt.show()
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
+    if plt is not None:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+        for ax, (key, q) in zip(axes, (("ttft", 50), ("tbt", 99))):
+            for offset, (caching, color) in enumerate(((True, "tab:blue"), (False, "tab:red"))):
+                xs = [i + 0.2 * offset for i in range(len(plan["budgets"]))]
+                values = [[1e3 * percentile(run[key], q) for run in serving_runs[(b, caching)]] for b in plan["budgets"]]
+                mid = [statistics.median(v) for v in values]
+                ax.errorbar(xs, mid, yerr=[[m - min(v) for m, v in zip(mid, values)], [max(v) - m for m, v in zip(mid, values)]],
+                            fmt="o", color=color, capsize=3, label=f"measured, cache {'on' if caching else 'off'}")
+                sims = [r[f"sim_{key}_p{q}"] for r in serving_rows if r["label"].endswith("开" if caching else "关")]
+                if "—" not in sims:
+                    ax.plot(xs, [float(s) for s in sims], "x", color=color, markersize=9, label=f"simulated (4.6), cache {'on' if caching else 'off'}")
+            ax.set_xticks(range(len(plan["budgets"])))
+            ax.set_xticklabels([f"budget {b}" for b in plan["budgets"]])
+            ax.set_ylabel(f"{key.upper()} p{q} (ms)")
+            ax.set_yscale("log")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"your engine on {LLM_DEVICE}: measured (median, bars = min-max of {plan['repeats']} runs) vs the step-time simulation")
+        fig.tight_layout()
+        plt.show()
 
 # %% [markdown]
 # **怎么读。** 先看判断行：只有当两遍运行的范围不重叠时，它才说“缓存开的 TTFT 更低”。在 CPU 的小模型上，system prompt 占了 prompt 的大部分，缓存一开，真正要算的 prompt token 就只剩问题那几十个，TTFT 通常明显下降；TBT 几乎不动，因为前缀缓存省的是 prefill，不是 decode。预算的作用和 4.6 节一样：预算小，一步塞进的 prefill 少，TBT 低、TTFT 高。
@@ -331,46 +345,50 @@ if plt is not None:
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_one_at_a_time", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 实测：同一批请求，全部同时交给引擎 vs 一次一个（generate_greedy；装了 transformers 时加上它的 generate）
-plan = measurement_plan(llm)
-batch_rng = random.Random(35)
-batch_prompts = [[batch_rng.randrange(llm.config.vocab_size) for _ in range(batch_rng.randint(64, 192))] for _ in range(plan["one_at_a_time"])]
-batch_max_tokens = 16
-batch_threads = torch.get_num_threads()
-if LLM_DEVICE == "cpu":
-    torch.set_num_threads(1)
-try:
-    reference_tokens = [generate_greedy(llm, p, batch_max_tokens) for p in batch_prompts[:2]]  # 预热，也用来核对结果
-    engine_seconds, engine_outputs = [], None
-    for _ in range(2):
-        engine = LLMEngine(llm, pool_blocks_for([(0, p, batch_max_tokens) for p in batch_prompts], 16), 16, 2048, len(batch_prompts))
-        began = time.perf_counter()
-        engine_outputs = engine.generate(batch_prompts, batch_max_tokens)
-        engine_seconds.append(time.perf_counter() - began)
-    greedy_seconds = [one_at_a_time_seconds(lambda p, m: generate_greedy(llm, p, m), batch_prompts, batch_max_tokens) for _ in range(2)]
-    hf_model = transformers_model_or_none(llm)
-    hf_seconds = []
-    if hf_model is not None:
-        def hf_generate(prompt, max_tokens):
-            ids = torch.tensor([prompt], device=LLM_DEVICE)
-            with torch.no_grad():
-                return hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, min_new_tokens=max_tokens,
-                                         do_sample=False, pad_token_id=0)
-        hf_generate(batch_prompts[0], 2)  # 预热
-        hf_seconds = [one_at_a_time_seconds(hf_generate, batch_prompts, batch_max_tokens) for _ in range(2)]
-finally:
-    torch.set_num_threads(batch_threads)
+engine_missing = engine_unfinished_message()
+if engine_missing:
+    print(engine_missing)
+else:
+    plan = measurement_plan(llm)
+    batch_rng = random.Random(35)
+    batch_prompts = [[batch_rng.randrange(llm.config.vocab_size) for _ in range(batch_rng.randint(64, 192))] for _ in range(plan["one_at_a_time"])]
+    batch_max_tokens = 16
+    batch_threads = torch.get_num_threads()
+    if LLM_DEVICE == "cpu":
+        torch.set_num_threads(1)
+    try:
+        reference_tokens = [generate_greedy(llm, p, batch_max_tokens) for p in batch_prompts[:2]]  # 预热，也用来核对结果
+        engine_seconds, engine_outputs = [], None
+        for _ in range(2):
+            engine = LLMEngine(llm, pool_blocks_for([(0, p, batch_max_tokens) for p in batch_prompts], 16), 16, 2048, len(batch_prompts))
+            began = time.perf_counter()
+            engine_outputs = engine.generate(batch_prompts, batch_max_tokens)
+            engine_seconds.append(time.perf_counter() - began)
+        greedy_seconds = [one_at_a_time_seconds(lambda p, m: generate_greedy(llm, p, m), batch_prompts, batch_max_tokens) for _ in range(2)]
+        hf_model = transformers_model_or_none(llm)
+        hf_seconds = []
+        if hf_model is not None:
+            def hf_generate(prompt, max_tokens):
+                ids = torch.tensor([prompt], device=LLM_DEVICE)
+                with torch.no_grad():
+                    return hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, min_new_tokens=max_tokens,
+                                             do_sample=False, pad_token_id=0)
+            hf_generate(batch_prompts[0], 2)  # 预热
+            hf_seconds = [one_at_a_time_seconds(hf_generate, batch_prompts, batch_max_tokens) for _ in range(2)]
+    finally:
+        torch.set_num_threads(batch_threads)
 
-total_tokens = len(batch_prompts) * batch_max_tokens
-print(f"{len(batch_prompts)} 个请求（prompt 64–192 token，互不共享），各生成 {batch_max_tokens} 个 token；{llm_note}")
-print("引擎的输出与一次一个的贪心解码相同（前两个请求）:", engine_outputs[:2] == reference_tokens)
-throughput_rows = [{"how": "引擎：全部同时提交（generate）", "tps": spread_text([total_tokens / s for s in engine_seconds], 1, 0)},
-                   {"how": "一次一个：generate_greedy（连续 KV）", "tps": spread_text([total_tokens / s for s in greedy_seconds], 1, 0)}]
-if hf_seconds:
-    throughput_rows.append({"how": "一次一个：transformers generate", "tps": spread_text([total_tokens / s for s in hf_seconds], 1, 0)})
-print(format_table(throughput_rows, [("how", "怎么跑", "{}"), ("tps", "生成 token/s：中位数 [最小, 最大]", "{}")]))
-print(compare_verdict("引擎", engine_seconds, "一次一个的 generate_greedy", greedy_seconds, "总耗时"))
-if hf_seconds:
-    print(compare_verdict("引擎", engine_seconds, "一次一个的 transformers generate", hf_seconds, "总耗时"))
+    total_tokens = len(batch_prompts) * batch_max_tokens
+    print(f"{len(batch_prompts)} 个请求（prompt 64–192 token，互不共享），各生成 {batch_max_tokens} 个 token；{llm_note}")
+    print("引擎的输出与一次一个的贪心解码相同（前两个请求）:", engine_outputs[:2] == reference_tokens)
+    throughput_rows = [{"how": "引擎：全部同时提交（generate）", "tps": spread_text([total_tokens / s for s in engine_seconds], 1, 0)},
+                       {"how": "一次一个：generate_greedy（连续 KV）", "tps": spread_text([total_tokens / s for s in greedy_seconds], 1, 0)}]
+    if hf_seconds:
+        throughput_rows.append({"how": "一次一个：transformers generate", "tps": spread_text([total_tokens / s for s in hf_seconds], 1, 0)})
+    print(format_table(throughput_rows, [("how", "怎么跑", "{}"), ("tps", "生成 token/s：中位数 [最小, 最大]", "{}")]))
+    print(compare_verdict("引擎", engine_seconds, "一次一个的 generate_greedy", greedy_seconds, "总耗时"))
+    if hf_seconds:
+        print(compare_verdict("引擎", engine_seconds, "一次一个的 transformers generate", hf_seconds, "总耗时"))
 
 # %% [markdown]
 # **怎么读。** 引擎把同一步里所有请求的 token 拼成一次前向：权重读一遍、算子发一遍，服务所有请求；一次一个时，每个请求的每个 token 都要单独付一次。所以在 GPU 上，请求越多，引擎领先越多（我们的目标是 64 个并发请求时 ≥ 10×，仓库的 `bench/bench_engine.py` 量它）。在 CPU 的小模型上差别小得多，甚至可能反过来：小模型一步的时间主要是 Python 和算子的固定开销，而我们的引擎每一步还要做调度、准备块表、补齐注意力——这些记账在 CPU 上不比省下的前向便宜多少。结果相同（上面的 `True`）是前提：快而不对没有意义。
@@ -385,68 +403,72 @@ if hf_seconds:
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_prefill_and_step", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 实测：90% 已缓存时 prefill 的加速比随 prompt 长度的变化；decode 步的耗时与读权重 / 发射算子两条下限
-plan = measurement_plan(llm)
-step_threads = torch.get_num_threads()
-if LLM_DEVICE == "cpu":
-    torch.set_num_threads(1)
-try:
-    prefill_rows = time_cached_prefill(llm, plan["prefill_lengths"])
-    weight_bytes = sum(p.numel() * p.element_size() for p in llm.parameters())
-    bandwidth = copy_bandwidth(LLM_DEVICE)
-    tiny_op = seconds_per_tiny_op(LLM_DEVICE)
-    decode_rows = []
-    for batch in plan["decode_batches"]:
-        times, engine = decode_step_seconds(llm, batch, plan["context"])
-        ops = count_kernel_ops(engine.step)
-        decode_rows.append({"batch": batch, "step": spread_text(times, digits=2), "median": statistics.median(times),
-                            "ops": "—" if ops is None else f"{ops:,}", "launch": None if ops is None else ops * tiny_op})
-finally:
-    torch.set_num_threads(step_threads)
-try:
-    import matplotlib.pyplot as plt
-except ImportError:
-    plt = None
+engine_missing = engine_unfinished_message()
+if engine_missing:
+    print(engine_missing)
+else:
+    plan = measurement_plan(llm)
+    step_threads = torch.get_num_threads()
+    if LLM_DEVICE == "cpu":
+        torch.set_num_threads(1)
+    try:
+        prefill_rows = time_cached_prefill(llm, plan["prefill_lengths"])
+        weight_bytes = sum(p.numel() * p.element_size() for p in llm.parameters())
+        bandwidth = copy_bandwidth(LLM_DEVICE)
+        tiny_op = seconds_per_tiny_op(LLM_DEVICE)
+        decode_rows = []
+        for batch in plan["decode_batches"]:
+            times, engine = decode_step_seconds(llm, batch, plan["context"])
+            ops = count_kernel_ops(engine.step)
+            decode_rows.append({"batch": batch, "step": spread_text(times, digits=2), "median": statistics.median(times),
+                                "ops": "—" if ops is None else f"{ops:,}", "launch": None if ops is None else ops * tiny_op})
+    finally:
+        torch.set_num_threads(step_threads)
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
 
-print(f"{llm_note}\n前缀已缓存 90%（按整块）时的 prefill：墙钟秒，3 次的中位数 [最小, 最大]")
-for row in prefill_rows:
-    if row["oom"]:
-        row.update(cold_ms="out of memory", warm_ms="—", speedup="—", verdict="—", hit=0)
-        continue
-    row.update(cold_ms=spread_text(row["cold"]), warm_ms=spread_text(row["warm"]),
-               speedup=f"{statistics.median(row['cold']) / statistics.median(row['warm']):.2f}×",
-               verdict="热更快" if max(row["warm"]) < min(row["cold"]) else ("冷更快" if max(row["cold"]) < min(row["warm"]) else "重叠：下不了结论"))
-print(format_table(prefill_rows, [("length", "prompt token", "{:,}"), ("hit", "命中 token", "{:,}"), ("cold_ms", "冷 (ms)", "{}"),
-                                  ("warm_ms", "热 (ms)", "{}"), ("speedup", "加速比", "{}"), ("verdict", "判断", "{}")]))
-paying = [r["length"] for r in prefill_rows if not r["oom"] and max(r["warm"]) < min(r["cold"])]
-print(f"在这台设备上，90% 命中从 {paying[0]:,} 个 token 起各次都更快" if paying else "在测过的长度里，没有一个长度的热 prefill 各次都比冷的快")
+    print(f"{llm_note}\n前缀已缓存 90%（按整块）时的 prefill：墙钟秒，3 次的中位数 [最小, 最大]")
+    for row in prefill_rows:
+        if row["oom"]:
+            row.update(cold_ms="out of memory", warm_ms="—", speedup="—", verdict="—", hit=0)
+            continue
+        row.update(cold_ms=spread_text(row["cold"]), warm_ms=spread_text(row["warm"]),
+                   speedup=f"{statistics.median(row['cold']) / statistics.median(row['warm']):.2f}×",
+                   verdict="热更快" if max(row["warm"]) < min(row["cold"]) else ("冷更快" if max(row["cold"]) < min(row["warm"]) else "重叠：下不了结论"))
+    print(format_table(prefill_rows, [("length", "prompt token", "{:,}"), ("hit", "命中 token", "{:,}"), ("cold_ms", "冷 (ms)", "{}"),
+                                      ("warm_ms", "热 (ms)", "{}"), ("speedup", "加速比", "{}"), ("verdict", "判断", "{}")]))
+    paying = [r["length"] for r in prefill_rows if not r["oom"] and max(r["warm"]) < min(r["cold"])]
+    print(f"在这台设备上，90% 命中从 {paying[0]:,} 个 token 起各次都更快" if paying else "在测过的长度里，没有一个长度的热 prefill 各次都比冷的快")
 
-floor = weight_bytes / statistics.median(bandwidth)
-print(f"\n权重 {weight_bytes / 2**20:,.1f} MiB；拷贝带宽 {spread_text(bandwidth, 1e-9, 1)} GB/s → 读一遍权重至少 {1e3 * floor:.3f} ms；"
-      f"一个空算子 {1e6 * tiny_op:.1f} µs")
-for row in decode_rows:
-    row["weights_floor"] = f"{1e3 * floor:.3f}"
-    row["launch_floor"] = "—" if row["launch"] is None else f"{1e3 * row['launch']:.2f}"
-    row["times_floor"] = f"{row['median'] / max(floor, row['launch'] or 0):.1f}×"
-print(format_table(decode_rows, [("batch", "一起 decode 的请求", "{}"), ("step", "一步 (ms)：中位数 [最小, 最大]", "{}"), ("ops", "算子数", "{}"),
-                                 ("weights_floor", "读权重下限 (ms)", "{}"), ("launch_floor", "发射算子下限 (ms)", "{}"), ("times_floor", "实测 / 较大的下限", "{}")]))
+    floor = weight_bytes / statistics.median(bandwidth)
+    print(f"\n权重 {weight_bytes / 2**20:,.1f} MiB；拷贝带宽 {spread_text(bandwidth, 1e-9, 1)} GB/s → 读一遍权重至少 {1e3 * floor:.3f} ms；"
+          f"一个空算子 {1e6 * tiny_op:.1f} µs")
+    for row in decode_rows:
+        row["weights_floor"] = f"{1e3 * floor:.3f}"
+        row["launch_floor"] = "—" if row["launch"] is None else f"{1e3 * row['launch']:.2f}"
+        row["times_floor"] = f"{row['median'] / max(floor, row['launch'] or 0):.1f}×"
+    print(format_table(decode_rows, [("batch", "一起 decode 的请求", "{}"), ("step", "一步 (ms)：中位数 [最小, 最大]", "{}"), ("ops", "算子数", "{}"),
+                                     ("weights_floor", "读权重下限 (ms)", "{}"), ("launch_floor", "发射算子下限 (ms)", "{}"), ("times_floor", "实测 / 较大的下限", "{}")]))
 
-if plt is not None and any(not r["oom"] for r in prefill_rows):
-    done = [r for r in prefill_rows if not r["oom"]]
-    ratios = [[c / w for c, w in zip(r["cold"], r["warm"])] for r in done]
-    mids = [statistics.median(x) for x in ratios]
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    ax.errorbar([r["length"] for r in done], mids, yerr=[[m - min(x) for m, x in zip(mids, ratios)], [max(x) - m for m, x in zip(mids, ratios)]],
-                fmt="o-", capsize=3, label="cold / warm (median, bars: min-max of 3)")
-    ax.axhline(1.0, color="gray", linestyle=":", label="no gain")
-    ax.axhline(10.0, color="tab:green", linestyle="--", linewidth=1, label="ideal 10x (only 10% recomputed)")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("prompt tokens (90% cached)")
-    ax.set_ylabel("prefill speed-up")
-    ax.set_title(f"where prefix caching starts to pay on {LLM_DEVICE}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    plt.show()
+    if plt is not None and any(not r["oom"] for r in prefill_rows):
+        done = [r for r in prefill_rows if not r["oom"]]
+        ratios = [[c / w for c, w in zip(r["cold"], r["warm"])] for r in done]
+        mids = [statistics.median(x) for x in ratios]
+        fig, ax = plt.subplots(figsize=(6.5, 3.8))
+        ax.errorbar([r["length"] for r in done], mids, yerr=[[m - min(x) for m, x in zip(mids, ratios)], [max(x) - m for m, x in zip(mids, ratios)]],
+                    fmt="o-", capsize=3, label="cold / warm (median, bars: min-max of 3)")
+        ax.axhline(1.0, color="gray", linestyle=":", label="no gain")
+        ax.axhline(10.0, color="tab:green", linestyle="--", linewidth=1, label="ideal 10x (only 10% recomputed)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("prompt tokens (90% cached)")
+        ax.set_ylabel("prefill speed-up")
+        ax.set_title(f"where prefix caching starts to pay on {LLM_DEVICE}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        plt.show()
 
 # %% [markdown]
 # **怎么读。** 命中 90% 时，线性层只算 10% 的 token，理想的加速比是 10×；注意力的运算量随长度平方增长，而热的 prefill 只有 10% 的查询，所以长 prompt 上加速比可以超过 10×。实测的加速比在短 prompt 上远低于这个数，随长度上升：短的时候，不管算多少 token，一次前向的时间都差不多——时间花在每一步都要付的固定开销上，而不是 token 上；前缀缓存省下的是 token 的计算，省不掉固定开销。prompt 长到一次前向的时间主要由 token 数决定时，缓存才真正划算。表下那一行告诉你在这台设备上从多长开始“各次都更快”；在 CPU 的小模型上，固定开销只有几毫秒，几十个 token 就够了，在快 GPU 上的真实模型要长得多（见下一段）。

@@ -518,30 +518,30 @@ CHECKPOINT_PATTERNS = ["config.json", "generation_config.json", "*.safetensors",
 QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 
-def _download_modelscope(repo_id):
-    from modelscope import snapshot_download
-
-    accepted = inspect.signature(snapshot_download).parameters
-    for name in ("allow_patterns", "allow_file_pattern"):  # 新版本叫 allow_patterns，老版本叫 allow_file_pattern
-        if name in accepted:
-            return snapshot_download(repo_id, **{name: CHECKPOINT_PATTERNS})
-    return snapshot_download(repo_id)
-
-
-def _download_huggingface(repo_id):
-    from huggingface_hub import snapshot_download
-
-    return snapshot_download(repo_id, allow_patterns=CHECKPOINT_PATTERNS)
+def _hub_snapshot_download(hub):
+    """hub 客户端的 snapshot_download；没装这个客户端时抛 ImportError。"""
+    try:
+        if hub == "modelscope":
+            from modelscope import snapshot_download
+        else:
+            from huggingface_hub import snapshot_download
+    except ImportError:
+        raise ImportError(f"{hub} 没有安装") from None
+    return snapshot_download
 
 
 def download_model(repo_id: str = QWEN_REPO_ID) -> str:
     """从魔搭或 Hugging Face 下载 checkpoint（哪个能用就用哪个），返回本地文件夹；都不行时抛出一行的 RuntimeError。"""
     reasons = []
-    for hub, fetch in (("modelscope", _download_modelscope), ("huggingface_hub", _download_huggingface)):
+    for hub in ("modelscope", "huggingface_hub"):
         try:
-            path = fetch(repo_id)
-        except ImportError:
-            reasons.append(f"{hub} 没有安装")
+            snapshot_download = _hub_snapshot_download(hub)
+            accepted = inspect.signature(snapshot_download).parameters
+            # huggingface_hub 和新版 modelscope 叫 allow_patterns，老版 modelscope 叫 allow_file_pattern
+            name = next((n for n in ("allow_patterns", "allow_file_pattern") if n in accepted), None)
+            path = snapshot_download(repo_id, **({name: CHECKPOINT_PATTERNS} if name else {}))
+        except ImportError as error:
+            reasons.append(str(error))
             continue
         except Exception as error:  # 网络、权限、仓库名……各个 hub 的异常类型都不同
             first_line = (str(error).strip().splitlines() or [""])[0][:160]
@@ -592,8 +592,10 @@ class ChatTokenizer:
     """checkpoint 的分词器（tokenizers 包读 tokenizer.json）加对话模板。encode/decode 不加也不删特殊 token 以外的东西。"""
 
     def __init__(self, path):
-        from tokenizers import Tokenizer
-
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise ImportError("ChatTokenizer 需要 tokenizers 包：pip install tokenizers") from None
         self.tokenizer = Tokenizer.from_file(os.path.join(path, "tokenizer.json"))
         config = {}
         if os.path.exists(os.path.join(path, "tokenizer_config.json")):
@@ -619,15 +621,14 @@ class ChatTokenizer:
 
 def load_tokenizer(path):
     """读 checkpoint 的分词器；没装 tokenizers 或没有 tokenizer.json 时打印一行说明并返回 None。"""
-    try:
-        import tokenizers  # noqa: F401
-    except ImportError:
-        print("没有安装 tokenizers（pip install tokenizers）：不解码文本，只用 token id。")
-        return None
     if not os.path.exists(os.path.join(path, "tokenizer.json")):
         print(f"{path} 里没有 tokenizer.json：不解码文本，只用 token id。")
         return None
-    return ChatTokenizer(path)
+    try:
+        return ChatTokenizer(path)
+    except ImportError as error:
+        print(f"{error}：没有它就不解码文本，只用 token id。")
+        return None
 
 # %% [markdown]
 # #### 5.4　选一个模型
