@@ -12,6 +12,7 @@
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "engine_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
 # 这一节的测量工具：驱动引擎服务一串请求并打时间戳、设备上的各种计时。只用标准库和 torch（transformers、matplotlib 可选）。
+import contextlib
 import tempfile
 import warnings
 
@@ -237,6 +238,18 @@ def one_at_a_time_seconds(generate_one, prompts, max_tokens):
     return time.perf_counter() - began
 
 
+@contextlib.contextmanager
+def one_thread_on_cpu(device):
+    """CPU 上计时用 1 个线程（小模型这样更快，也少和别的进程抢），结束后恢复。"""
+    threads = torch.get_num_threads()
+    if torch.device(device).type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def engine_unfinished_message():
     """第四、五部分的 TODO 还没写完（引擎抛 NotImplementedError）时返回一行提示；写完了返回 None。"""
     probe = random_model(tiny_qwen2_config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1), seed=0)
@@ -272,10 +285,7 @@ if engine_missing:
     print(engine_missing)
 else:
     plan = measurement_plan(llm)
-    serve_threads = torch.get_num_threads()
-    if LLM_DEVICE == "cpu":
-        torch.set_num_threads(1)  # 小模型在 1 个线程上更快，也不和别的进程抢
-    try:
+    with one_thread_on_cpu(LLM_DEVICE):
         chat, chat_rate, offline = calibrated_chat_workload(llm, plan["requests"], plan["system_len"], plan["user_len"], plan["output_len"],
                                                             plan["systems"], max(plan["budgets"]))
         chat_blocks = pool_blocks_for(chat, 16)
@@ -287,8 +297,6 @@ else:
             for caching in (True, False):
                 serving_runs[(budget, caching)] = [
                     serve_workload(LLMEngine(llm, chat_blocks, 16, budget, 16, enable_prefix_caching=caching), chat) for _ in range(plan["repeats"])]
-    finally:
-        torch.set_num_threads(serve_threads)
 
     all_steps = [s for runs in serving_runs.values() for run in runs for s in run["steps"]]
     fit_a, fit_b, fit_c = fit_step_model(all_steps)
@@ -353,10 +361,7 @@ else:
     batch_rng = random.Random(35)
     batch_prompts = [[batch_rng.randrange(llm.config.vocab_size) for _ in range(batch_rng.randint(64, 192))] for _ in range(plan["one_at_a_time"])]
     batch_max_tokens = 16
-    batch_threads = torch.get_num_threads()
-    if LLM_DEVICE == "cpu":
-        torch.set_num_threads(1)
-    try:
+    with one_thread_on_cpu(LLM_DEVICE):
         reference_tokens = [generate_greedy(llm, p, batch_max_tokens) for p in batch_prompts[:2]]  # 预热，也用来核对结果
         engine_seconds, engine_outputs = [], None
         for _ in range(2):
@@ -375,8 +380,6 @@ else:
                                              do_sample=False, pad_token_id=0)
             hf_generate(batch_prompts[0], 2)  # 预热
             hf_seconds = [one_at_a_time_seconds(hf_generate, batch_prompts, batch_max_tokens) for _ in range(2)]
-    finally:
-        torch.set_num_threads(batch_threads)
 
     total_tokens = len(batch_prompts) * batch_max_tokens
     print(f"{len(batch_prompts)} 个请求（prompt 64–192 token，互不共享），各生成 {batch_max_tokens} 个 token；{llm_note}")
@@ -408,10 +411,7 @@ if engine_missing:
     print(engine_missing)
 else:
     plan = measurement_plan(llm)
-    step_threads = torch.get_num_threads()
-    if LLM_DEVICE == "cpu":
-        torch.set_num_threads(1)
-    try:
+    with one_thread_on_cpu(LLM_DEVICE):
         prefill_rows = time_cached_prefill(llm, plan["prefill_lengths"])
         weight_bytes = sum(p.numel() * p.element_size() for p in llm.parameters())
         bandwidth = copy_bandwidth(LLM_DEVICE)
@@ -422,8 +422,6 @@ else:
             ops = count_kernel_ops(engine.step)
             decode_rows.append({"batch": batch, "step": spread_text(times, digits=2), "median": statistics.median(times),
                                 "ops": "—" if ops is None else f"{ops:,}", "launch": None if ops is None else ops * tiny_op})
-    finally:
-        torch.set_num_threads(step_threads)
     try:
         import matplotlib.pyplot as plt
     except ImportError:
