@@ -637,7 +637,7 @@ class LLMEngine:
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo20_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 运行此单元格检查 TODO 20–24：每个 TODO 几个固定的小例子，几秒内跑完；评分时还有 14 格隐藏检查（随机负载逐步比对参考实现、与逐个请求贪心解码比较）。
+# 运行此单元格检查 TODO 20–24：每个 TODO 几个固定的小例子，几秒内跑完；评分时还有 15 格隐藏检查（随机负载逐步比对参考实现、与逐个请求贪心解码比较）。
 VISIBLE_TODO_OF.update(
     {
         ("BlockPool", "get_new_blocks"): "TODO 20",
