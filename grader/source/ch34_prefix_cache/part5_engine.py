@@ -637,7 +637,7 @@ class LLMEngine:
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo20_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 运行此单元格检查 TODO 20–24：每个 TODO 几个固定的小例子，几秒内跑完；评分时还有 14 格隐藏检查（随机负载逐步比对参考实现、与逐个请求贪心解码比较）。
+# 运行此单元格检查 TODO 20–24：每个 TODO 几个固定的小例子，几秒内跑完；评分时还有 15 格隐藏检查（随机负载逐步比对参考实现、与逐个请求贪心解码比较）。
 VISIBLE_TODO_OF.update(
     {
         ("BlockPool", "get_new_blocks"): "TODO 20",
@@ -799,14 +799,15 @@ def demo_engine_equality():
         ("缓存开，预算 1 个块", dict(num_blocks=64, max_num_batched_tokens=8)),
         ("缓存开，小池子（抢占 + 淘汰）", dict(num_blocks=10, max_num_batched_tokens=24)),
     ]
-    print(f"{'设置':<22}{'相同':>6}{'步数':>6}{'抢占':>6}{'命中/查询 token':>18}{'淘汰的块':>10}")
     for name, kwargs in settings:
         engine = LLMEngine(model, block_size=8, max_num_seqs=4, **kwargs)
         got = engine.generate(prompts, 6)
         engine.kv_cache_manager.block_pool.check_integrity()
         s = engine.stats
-        hits = f"{s['prefix_cache_hit_tokens']}/{s['prefix_cache_query_tokens']}"
-        print(f"{name:<22}{str(got == expected):>6}{s['num_steps']:>6}{s['num_preemptions']:>6}{hits:>18}{s['num_evicted_blocks']:>10}")
+        print(
+            f"{name}：与单独贪心解码相同 {got == expected}，{s['num_steps']} 步，抢占 {s['num_preemptions']} 次，"
+            f"命中 {s['prefix_cache_hit_tokens']} / 查询 {s['prefix_cache_query_tokens']} 个 token，淘汰 {s['num_evicted_blocks']} 个块"
+        )
         assert got == expected, f"{name}：引擎生成的 token 与逐个请求的贪心解码不同：检查 TODO 20–24"
     print("✅ 四种设置下每个请求生成的 token 都与单独贪心解码相同")
 
