@@ -28,12 +28,13 @@ from grader.kit.authoring.nbsource import (
 )
 from tests.conftest import all_mistakes
 from tests.fixtures.mistakes_core import MISTAKES as CORE
+from tests.fixtures.mistakes_engine import MISTAKES as ENGINE
 from tests.fixtures.mistakes_sched import MISTAKES as SCHED
 
 MISTAKES = all_mistakes()
 CORE_NAMES = {m.name for m in CORE}
 # Catalogues whose correct-in-another-style entries (no `loses`) run here too.
-NO_LOSS_NAMES = CORE_NAMES | {m.name for m in SCHED}
+NO_LOSS_NAMES = CORE_NAMES | {m.name for m in SCHED} | {m.name for m in ENGINE}
 SOURCE = read_source()
 
 
@@ -126,11 +127,11 @@ def test_every_grade_cell_names_exactly_one_check_of_its_own_todo():
         assert len(named) == 1, f"{meta['grade_id']} names {named}"
         filename, name = named[0]
         # one naming scheme: grade cell test_todo<N>_<check> runs check_todo<N>_<check>, from the
-        # TODO's file (todo<N>.py) or its part's (sched.py)
+        # TODO's file (todo<N>.py) or its part's (sched.py, engine.py)
         assert name == "check_" + meta["grade_id"].removeprefix("test_"), (
             f"{meta['grade_id']} names {filename}::{name}"
         )
-        assert filename in (f"{todo}.py", "sched.py"), f"{meta['grade_id']} names {filename}"
+        assert filename in (f"{todo}.py", "sched.py", "engine.py"), f"{meta['grade_id']} names {filename}"
 
 
 def converted(mistake):

@@ -58,6 +58,7 @@ _PART_TABLE = (
     ("kv", "第二部分：真实 KV", (9, 10)),
     ("block", "第三部分（选做）：块级缓存", tuple(range(11, 15))),
     ("sched", "第四部分：调度器", tuple(range(15, 20))),
+    ("engine", "第五部分：引擎", tuple(range(20, 25))),
 )
 DEFAULT_COUNTED_PARTS = ("core", "kv", "sched")
 

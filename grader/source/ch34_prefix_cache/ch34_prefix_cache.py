@@ -58,6 +58,15 @@
 # %%
 #| include: part4_measure.py
 
+# %%
+#| include: part5_model.py
+
+# %%
+#| include: part5_engine.py
+
+# %%
+#| include: part5_measure.py
+
 # %% [markdown]
 # ## 附：GPU 可选实验（不计分）：观察分块带来的资源边界
 #

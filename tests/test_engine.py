@@ -1,0 +1,220 @@
+"""Part five's engine (part5_engine.py) generates exactly what greedy decoding of one request at a
+time generates, whatever the chunking, caching, batching or preemption.
+
+Runs the reference cells from the one source: part four's Request and Scheduler, part five's model
+(a tiny random Qwen2 from `random_model`, float64 so no argmax tie decides a token) and the engine.
+The reference decodes each prompt alone with the model's own attention, recomputing every token
+each time (no cache of any kind). Nothing is downloaded.
+"""
+
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grader.kit.authoring.nbsource import nbgrader_meta, read_source, strip_solution_markers
+
+CELLS = (
+    "sched_request",
+    "todo15_num_cached_tokens",
+    "scheduler_todo16_19",
+    "model_imports",
+    "model_qwen2",
+    "engine_hashing",
+    "engine_block_pool",
+    "engine_kv_cache_manager",
+    "engine_scheduler",
+    "engine_attention",
+    "engine_model_runner",
+    "engine_llm_engine",
+)
+BLOCK = 4
+VOCAB = 97
+
+
+@pytest.fixture(scope="module")
+def ns():
+    """The reference cells above, executed in one namespace (solution markers removed)."""
+    namespace = {"__name__": "part5_engine"}
+    exec("import random\nfrom dataclasses import dataclass, field\nimport torch", namespace)
+    cells = {
+        nbgrader_meta(c).get("grade_id"): c for c in read_source().cells if c.cell_type == "code"
+    }
+    for grade_id in CELLS:
+        exec(compile(strip_solution_markers(cells[grade_id].source), grade_id, "exec"), namespace)
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def model(ns):
+    config = ns["tiny_qwen2_config"](
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )
+    return ns["random_model"](config, seed=7, dtype=torch.float64)
+
+
+def greedy_alone(model, prompt, max_tokens):
+    """One request alone: every token recomputed from scratch each time, argmax."""
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            tokens.append(int(model(torch.tensor(tokens)).argmax(dim=-1)[-1]))
+    return tokens[len(prompt) :]
+
+
+def chat_prompts(seed, count=6, system_len=22):
+    """Prompts sharing a system prompt (not block-aligned), one unrelated, one repeated whole."""
+    rng = random.Random(seed)
+    system = [rng.randrange(VOCAB) for _ in range(system_len)]
+    prompts = [
+        system + [rng.randrange(VOCAB) for _ in range(rng.randint(1, 14))] for _ in range(count - 2)
+    ]
+    return prompts + [[rng.randrange(VOCAB) for _ in range(rng.randint(3, 30))], list(prompts[0])]
+
+
+MAX_TOKENS = 5
+
+
+@pytest.fixture(scope="module")
+def workload(model):
+    prompts = chat_prompts(34)
+    return prompts, [greedy_alone(model, p, MAX_TOKENS) for p in prompts]
+
+
+@pytest.mark.parametrize("caching", [True, False], ids=["cache-on", "cache-off"])
+@pytest.mark.parametrize(
+    "budget", [BLOCK, 2 * BLOCK + 3, 64], ids=["one-block", "odd", "whole-prompt"]
+)
+def test_generate_equals_greedy_alone_for_every_budget_with_caching_on_and_off(
+    ns, model, workload, caching, budget
+):
+    prompts, expected = workload
+    engine = ns["LLMEngine"](
+        model,
+        num_blocks=200,
+        block_size=BLOCK,
+        max_num_batched_tokens=budget,
+        max_num_seqs=4,
+        enable_prefix_caching=caching,
+    )
+    assert engine.generate(prompts, MAX_TOKENS) == expected
+    stats = engine.stats
+    assert stats["num_preemptions"] == 0
+    assert stats["prefix_cache_query_tokens"] == sum(len(p) for p in prompts)
+    assert (stats["prefix_cache_hit_tokens"] > 0) == caching
+    pool = engine.kv_cache_manager.block_pool
+    pool.check_integrity()
+    assert pool.get_num_free_blocks() == 200
+
+
+def test_a_pool_too_small_to_hold_everyone_preempts_and_evicts_yet_generates_the_same(
+    ns, model, workload
+):
+    prompts, expected = workload
+    engine = ns["LLMEngine"](
+        model, num_blocks=12, block_size=BLOCK, max_num_batched_tokens=16, max_num_seqs=4
+    )
+    assert engine.generate(prompts, MAX_TOKENS) == expected
+    stats = engine.stats
+    assert stats["num_preemptions"] > 0 and stats["num_evicted_blocks"] > 0, stats
+    assert stats["preempted_prefix_cache_query_tokens"] > 0
+    engine.kv_cache_manager.block_pool.check_integrity()
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 10**6),
+    num_blocks=st.integers(9, 40),
+    budget=st.integers(1, 40),
+    max_num_seqs=st.integers(1, 5),
+    caching=st.booleans(),
+)
+def test_generate_equals_greedy_alone_on_random_workloads(
+    ns, model, seed, num_blocks, budget, max_num_seqs, caching
+):
+    rng = random.Random(seed)
+    prompts = chat_prompts(seed, count=rng.randint(3, 5), system_len=rng.randint(1, 14))
+    prompts = [
+        p[:20] for p in prompts
+    ]  # 20 + 4 - 1 tokens: 6 blocks of 4, within the smallest pool
+    engine = ns["LLMEngine"](
+        model,
+        num_blocks=num_blocks,
+        block_size=BLOCK,
+        max_num_batched_tokens=budget,
+        max_num_seqs=max_num_seqs,
+        enable_prefix_caching=caching,
+    )
+    assert engine.generate(prompts, 4) == [greedy_alone(model, p, 4) for p in prompts]
+    engine.kv_cache_manager.block_pool.check_integrity()
+
+
+def test_a_request_arriving_mid_prefill_hits_blocks_computed_in_the_same_step(ns, model):
+    system = [(5 * i) % VOCAB for i in range(24)]
+    prompts = {"first": system + [1, 2, 3], "second": system + [4, 5]}
+    engine = ns["LLMEngine"](
+        model, num_blocks=64, block_size=BLOCK, max_num_batched_tokens=16, max_num_seqs=4
+    )
+    engine.add_request("first", prompts["first"], 3)
+    outputs = {rid: [] for rid in prompts}
+    assert engine.step() == {}  # 16 of its 27 tokens
+    assert engine.scheduler.requests["first"].num_computed_tokens == 16
+    engine.add_request("second", prompts["second"], 3)
+    for rid, token in engine.step().items():  # first's last 11 tokens and second's 2 in one forward
+        outputs[rid].append(token)
+    # first's blocks 4 and 5 were registered when this step allocated them, before their KV existed
+    assert engine.stats["prefix_cache_hit_tokens"] == 24
+    while engine.has_unfinished_requests():
+        for rid, token in engine.step().items():
+            outputs[rid].append(token)
+    assert outputs == {rid: greedy_alone(model, p, 3) for rid, p in prompts.items()}
+
+
+def test_one_step_is_one_forward_pass_for_all_its_requests(ns, model, monkeypatch):
+    calls = []
+    real = ns["paged_attention"]
+
+    def counted(q, k_cache, v_cache, meta):
+        calls.append(meta.block_table.shape[0])
+        return real(q, k_cache, v_cache, meta)
+
+    monkeypatch.setitem(ns, "paged_attention", counted)
+    engine = ns["LLMEngine"](
+        model, num_blocks=64, block_size=BLOCK, max_num_batched_tokens=64, max_num_seqs=8
+    )
+    for i in range(5):
+        engine.add_request(f"r{i}", [i + 1] * (3 + i), 3)
+    engine.step()
+    assert (
+        calls == [5] * model.config.num_hidden_layers
+    )  # each layer once, all five requests together
+
+
+def test_a_pool_too_small_for_one_request_is_a_clear_error_and_nothing_is_submitted(ns, model):
+    engine = ns["LLMEngine"](model, num_blocks=3, block_size=BLOCK)
+    with pytest.raises(ValueError, match="整个池只有 3 个"):
+        engine.add_request("big", list(range(12)), 2)  # 12 + 2 - 1 tokens need 4 blocks
+    with pytest.raises(ValueError, match="整个池只有 3 个"):
+        engine.generate([[1, 2], list(range(13))], 1)
+    assert not engine.has_unfinished_requests()
+    engine.add_request("fits", list(range(11)), 2)  # 12 tokens: exactly the pool
+    while engine.has_unfinished_requests():
+        engine.step()
+
+
+def test_bad_requests_are_clear_errors(ns, model):
+    engine = ns["LLMEngine"](model, num_blocks=8, block_size=BLOCK)
+    with pytest.raises(ValueError, match="词表"):
+        engine.add_request("oov", [1, VOCAB], 1)
+    with pytest.raises(ValueError, match="max_tokens"):
+        engine.add_request("zero", [1, 2], 0)
+    engine.add_request("a", [1, 2], 1)
+    with pytest.raises(ValueError, match="已经在引擎里"):
+        engine.add_request("a", [3], 1)
