@@ -268,61 +268,66 @@ class Scheduler:
 # %% [markdown]
 # #### 提示：TODO 15–19
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 15 · 提示 1</summary>
 #
 # 缓存说命中了 `m` 个 token。哪两条规则会让可以跳过的数比 `m` 小？一个完整命中的 prompt，模型还要算哪个位置的 logits？
+#
+# </details>
 #
 # <details><summary>TODO 15 · 提示 2</summary>
 #
 # 没有缓存时是 0。否则先把命中长度限制在 `len(token_ids) - 1` 以内，再向下取整到 `block_size` 的倍数（整除再乘回去）。两步的先后不能反：先取整再减 1，结果就不是块的倍数了。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 16 · 提示 1</summary>
 #
 # 一个请求“欠”多少，看的是 `num_tokens` 还是 `num_prompt_tokens`？一个正在 decode 的请求欠几个？threshold 和预算都是上限，什么时候它们不起作用？
+#
+# </details>
 #
 # <details><summary>TODO 16 · 提示 2</summary>
 #
 # 欠的数 = `request.num_tokens - num_computed_tokens`（用参数里的 `num_computed_tokens`）。threshold 大于 0、而且比欠的数小时，才换成 threshold；最后再和 `token_budget` 取较小的一个。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 17 · 提示 1</summary>
 #
 # 这个方法只“记账”：它往 `out` 里写谁拿几个 token、返回剩下的预算，请求本身的 `num_computed_tokens` 谁来改？`self.running` 的顺序是什么意思，要不要重新排？
+#
+# </details>
 #
 # <details><summary>TODO 17 · 提示 2</summary>
 #
 # 照 `self.running` 原来的顺序走一遍，预算从参数 `token_budget` 开始（不是 `self.max_num_batched_tokens`）。预算为 0 就停；每个请求用 TODO 16 算出给几个，得到 0 个的 `continue`（不记，也不停下），否则记进 `out.num_scheduled_tokens` 并从预算里减掉。最后返回剩下的预算。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 18 · 提示 1</summary>
 #
 # 循环什么时候停：队列空了、预算用完、running 满了。一个被接纳的请求要从哪里挪到哪里？命中的前缀什么时候算进 `num_computed_tokens`？
+#
+# </details>
 #
 # <details><summary>TODO 18 · 提示 2</summary>
 #
 # 三个条件都满足时，用 `self.waiting.popleft()` 取出队头（不能只看 `self.waiting[0]`：接纳过的请求要离开队列），用 TODO 15 设好它的 `num_computed_tokens`，再用 TODO 16 算出这一步给它几个，追加到 `self.running` 末尾，记进 `out`，从参数 `token_budget` 里减掉。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 19 · 提示 1</summary>
 #
 # 一个请求这一步之后“追上了”是什么意思？给定的 `schedule()` 已经前进过 `num_computed_tokens`，这里还要动它吗？结束的请求登记在哪两处？
 #
+# </details>
+#
 # <details><summary>TODO 19 · 提示 2</summary>
 #
 # 只遍历 `out.num_scheduled_tokens` 里的请求（从 `self.requests` 按 id 找）。`num_computed_tokens < num_tokens` 的跳过；否则把 `sampled_token_ids[request_id]` 追加到它的 `output_token_ids`，不改 `num_computed_tokens`（新 token 的 KV 下一步才算）。生成够 `max_tokens` 个时，从 `self.running` 和 `self.requests` 两处都移除。
 #
-# </details>
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo15_19", "locked": true, "schema_version": 3, "solution": false, "task": false}

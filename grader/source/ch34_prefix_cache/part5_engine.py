@@ -579,61 +579,66 @@ class LLMEngine:
 # %% [markdown]
 # #### 提示：TODO 20–24
 #
-# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开里面的提示 2（思路）。提示里没有答案代码。
+# 卡住时再打开，一次一条：先看提示 1（往哪里想），还不够再打开下面的提示 2（思路）。提示里没有答案代码。
 #
 # <details><summary>TODO 20 · 提示 1</summary>
 #
 # 空闲队列是一个 `OrderedDict`（block_id → 块），队首最先被拿走。一个刚从队首取出的块，可能还登记在缓存里：它的显存马上要被别的 token 覆盖，缓存表还能指着它吗？
+#
+# </details>
 #
 # <details><summary>TODO 20 · 提示 2</summary>
 #
 # 先比较 `num_blocks` 和 `self.get_num_free_blocks()`，不够就抛 `ValueError`（这时什么都还没改）。然后取 `num_blocks` 次 `popitem(last=False)`，每个块交给 `self._maybe_evict_cached_block`（它自己判断要不要注销、并计数），再把 `ref_cnt` 设为 1。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 21 · 提示 1</summary>
 #
 # 三个数：这一步之后一共要几个块，请求已经有几个块，命中的块有几个。再一个数：命中的块里有几个此刻在空闲队列里（`ref_cnt == 0`）——它们会被 touch 走，不能再算作可用。
+#
+# </details>
 #
 # <details><summary>TODO 21 · 提示 2</summary>
 #
 # `已算 = request.num_computed_tokens + len(new_computed_blocks) * block_size`，`共要 = ceil((已算 + num_new_tokens) / block_size)`，`新块 = max(共要 - 已有 - 命中, 0)`。`新块 + 空闲的命中块 > 空闲块数` 时返回 `None`。否则 `touch`、`get_new_blocks`、把 `已有 + 命中 + 新块` 存回 `self.req_to_blocks`，最后 `self.cache_blocks(request, min(已算 + num_new_tokens, request.num_tokens))`，返回新块。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 22 · 提示 1</summary>
 #
 # “最后接纳的”就是 `self.running` 的最后一个。被抢占的请求要回到哪里，才能在下一次接纳时排在所有新请求前面？它自己可能就是正在要块的那个请求。
+#
+# </details>
 #
 # <details><summary>TODO 22 · 提示 2</summary>
 #
 # `while allocate_slots(...) is None:` 循环：`victim = self.running.pop()`，`self.kv_cache_manager.free(victim)`，`victim.num_computed_tokens = 0`，`self.waiting.appendleft(victim)`，`out.preempted_req_ids.append(victim.request_id)`；`victim is request` 时返回 `False`。循环正常结束返回 `True`。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 23 · 提示 1</summary>
 #
 # 把池子看成 `[num_blocks * block_size, kv 头, d]` 的一长条，位置 p 的槽号是 `block_table[r, p // block_size] * block_size + p % block_size`：对所有请求、所有 p 一次算出 `[R, L]` 的槽号，一次索引就取出全部 K。查询也要补成 `[R, max_query_len, ...]` 才能和它们做批量矩阵乘。
+#
+# </details>
 #
 # <details><summary>TODO 23 · 提示 2</summary>
 #
 # `queries[meta.token_request, meta.token_index] = q` 放进补齐的张量；K、V 用 `repeat_interleave(num_heads // num_kv_heads, dim=2)` 扩到每个查询头；`torch.einsum("rqhd,rlhd->rhql", ...)` 得到分数；查询位置 `(seq_lens - query_lens)[:, None] + arange(max_query_len)`，键位置 `arange(L)`，键位置大于查询位置的掩成 `-inf`（补出来的键位置都 ≥ seq_lens，也被掩掉）；softmax 后乘 V，最后 `out[meta.token_request, meta.token_index]` 取回扁平的 `[T, 头, d]`。
 #
 # </details>
-# </details>
 #
 # <details><summary>TODO 24 · 提示 1</summary>
 #
 # `update_from_output` 会把结束的请求从 `self.scheduler.requests` 里删掉：要释放它的块，得在那之前先拿到请求对象。
 #
+# </details>
+#
 # <details><summary>TODO 24 · 提示 2</summary>
 #
 # `out = self.scheduler.schedule()`；没排上任何 token 时：还有没结束的请求就抛 `RuntimeError`，否则返回 `{}`。先记下 `{request_id: self.scheduler.requests[request_id]}`，再 `execute_model`、`update_from_output`；对每个采样了的请求，`is_finished` 就 `self.kv_cache_manager.free(它)`。返回 `sampled`。
 #
-# </details>
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo20_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
