@@ -101,7 +101,7 @@ class BlockCacheAdapter:
 # | 0.8.0–0.8.2 | V1 调度器还没有 `long_prefill_token_threshold`（0.8.3 起有） | V1 的 `Scheduler.schedule` |
 # | 0.8.x | 完整命中时的写法不同：块对齐的 prompt 去掉最后一块再查；0.9.0 起命中封顶到 `num_tokens - 1`。两种写法命中长度相同 | `kv_cache_manager.py`（0.8.0 在调度器里） |
 # | 0.7.3–0.26.x | `max_num_partial_prefills > 1` 时，为 0 的 threshold 被设成 `max_model_len` 的 4%；但 V1 不接受这个设置，所以 V1 里默认仍是 0。0.27.0 删掉了这个选项 | `SchedulerConfig` |
-# | 0.30.x 及以前 | threshold 大于 0 时，即使只有一个请求，它也被切成 threshold 大小的块 | `Scheduler.schedule` |
+# | 0.8.3–0.30.x | threshold 大于 0 时，即使只有一个请求，它也被切成 threshold 大小的块 | `Scheduler.schedule` |
 # | 0.31.0 起 | 只有一个请求（running 加 waiting 共 1 个）时不设上限；新增 `long_prefill_token_threshold_adaptive`（默认关，打开时上限至少是 `max_num_batched_tokens` 除以请求数） | `vllm/config/scheduler.py`、`Scheduler.schedule` |
 # | 0.34.0 | 新增 `cache_aware_admission_window`（默认 0：严格按到达顺序接纳；打开后，窗口里前缀已缓存的请求可以先被接纳） | `vllm/config/scheduler.py` |
 
