@@ -404,7 +404,8 @@ def paged_attention(q, k_cache, v_cache, meta):
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_reqs, max_blocks = meta.block_table.shape
     key_pos = torch.arange(max_blocks * block_size, device=q.device)  # [L]
-    slots = meta.block_table[:, key_pos // block_size] * block_size + key_pos % block_size  # [R, L]
+    slots = (meta.block_table * block_size)[:, :, None] + torch.arange(block_size, device=q.device)  # [R, 块, 块内偏移]
+    slots = slots.reshape(num_reqs, -1)  # [R, L]：位置 p 的槽号 = block_table[p // block_size] * block_size + p % block_size
     group = num_heads // num_kv_heads
     keys = k_cache.reshape(-1, num_kv_heads, head_dim)[slots].repeat_interleave(group, dim=2)  # [R, L, H, d]
     values = v_cache.reshape(-1, num_kv_heads, head_dim)[slots].repeat_interleave(group, dim=2)
@@ -616,7 +617,7 @@ class LLMEngine:
 #
 # <details><summary>TODO 23 · 提示 1</summary>
 #
-# 把池子看成 `[num_blocks * block_size, kv 头, d]` 的一长条，位置 p 的槽号是 `block_table[r, p // block_size] * block_size + p % block_size`：对所有请求、所有 p 一次算出 `[R, L]` 的槽号，一次索引就取出全部 K。查询也要补成 `[R, max_query_len, ...]` 才能和它们做批量矩阵乘。
+# 把池子看成 `[num_blocks * block_size, kv 头, d]` 的一长条，位置 p 的槽号是 `block_table[r, p // block_size] * block_size + p % block_size`：对所有请求、所有 p 一次算出 `[R, L]` 的槽号，一次索引就取出全部 K。查询也要补成 `[R, max_query_len, ...]` 才能和它们做批量矩阵乘。（张量的整除在 torch 1.13 以前会打出弃用警告，用 `torch.div(x, n, rounding_mode="floor")`，或者干脆不除：`block_table * block_size` 加上块内偏移 `arange(block_size)` 再摊平。）
 #
 # <details><summary>TODO 23 · 提示 2</summary>
 #
