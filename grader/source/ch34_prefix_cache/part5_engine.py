@@ -491,6 +491,15 @@ class ModelRunner:
         return dict(zip(sampling, logits.argmax(dim=-1).tolist()))
 
 
+def greedy_alone(model, prompt, max_tokens):
+    """参照：一个请求单独解码，每次把全部 token 从头算一遍（不用任何缓存），取 argmax。"""
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            tokens.append(int(model(torch.tensor(tokens)).argmax(dim=-1)[-1]))
+    return tokens[len(prompt) :]
+
+
 # %% nbgrader={"grade": false, "grade_id": "engine_llm_engine", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class LLMEngine:
     """块池 + KV 缓存管理 + 调度器 + 模型执行，一步一次前向（贪心采样）。"""
@@ -779,15 +788,6 @@ run_visible_checks(
 # 下面用一个随机权重的小 Qwen2（CPU 上几毫秒一步）跑同一组共享 system prompt 的请求：前缀缓存开 / 关、预算从 1 个块到整个 prompt、以及一个小到必须抢占、必须淘汰缓存块的池子。每种设置下每个请求生成的 token 都应与“一个请求单独、每次把全部 token 从头算一遍”的贪心解码完全相同；统计说明每种设置里发生了什么。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "engine_equality_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
-def greedy_alone(model, prompt, max_tokens):
-    """参照：一个请求单独解码，每次把全部 token 从头算一遍（不用任何缓存），取 argmax。"""
-    tokens = list(prompt)
-    with torch.no_grad():
-        for _ in range(max_tokens):
-            tokens.append(int(model(torch.tensor(tokens)).argmax(dim=-1)[-1]))
-    return tokens[len(prompt) :]
-
-
 def demo_engine_equality():
     model = random_model(tiny_qwen2_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2), seed=5)
     rng = random.Random(34)
