@@ -3,8 +3,8 @@ time generates, whatever the chunking, caching, batching or preemption.
 
 Runs the reference cells from the one source: part four's Request and Scheduler, part five's model
 (a tiny random Qwen2 from `random_model`, float64 so no argmax tie decides a token) and the engine.
-The reference decodes each prompt alone with the model's own attention, recomputing every token
-each time (no cache of any kind). Nothing is downloaded.
+The reference (`greedy_alone`, given code of the notebook) decodes each prompt alone with the
+model's own attention, recomputing every token each time (no cache of any kind). Nothing is downloaded.
 """
 
 import random
@@ -60,15 +60,6 @@ def model(ns):
     return ns["random_model"](config, seed=7, dtype=torch.float64)
 
 
-def greedy_alone(model, prompt, max_tokens):
-    """One request alone: every token recomputed from scratch each time, argmax."""
-    tokens = list(prompt)
-    with torch.no_grad():
-        for _ in range(max_tokens):
-            tokens.append(int(model(torch.tensor(tokens)).argmax(dim=-1)[-1]))
-    return tokens[len(prompt) :]
-
-
 def chat_prompts(seed, count=6, system_len=22):
     """Prompts sharing a system prompt (not block-aligned), one unrelated, one repeated whole."""
     rng = random.Random(seed)
@@ -83,9 +74,9 @@ MAX_TOKENS = 5
 
 
 @pytest.fixture(scope="module")
-def workload(model):
+def workload(ns, model):
     prompts = chat_prompts(34)
-    return prompts, [greedy_alone(model, p, MAX_TOKENS) for p in prompts]
+    return prompts, [ns["greedy_alone"](model, p, MAX_TOKENS) for p in prompts]
 
 
 @pytest.mark.parametrize("caching", [True, False], ids=["cache-on", "cache-off"])
@@ -152,7 +143,7 @@ def test_generate_equals_greedy_alone_on_random_workloads(
         max_num_seqs=max_num_seqs,
         enable_prefix_caching=caching,
     )
-    assert engine.generate(prompts, 4) == [greedy_alone(model, p, 4) for p in prompts]
+    assert engine.generate(prompts, 4) == [ns["greedy_alone"](model, p, 4) for p in prompts]
     engine.kv_cache_manager.block_pool.check_integrity()
 
 
@@ -174,7 +165,7 @@ def test_a_request_arriving_mid_prefill_hits_blocks_computed_in_the_same_step(ns
     while engine.has_unfinished_requests():
         for rid, token in engine.step().items():
             outputs[rid].append(token)
-    assert outputs == {rid: greedy_alone(model, p, 3) for rid, p in prompts.items()}
+    assert outputs == {rid: ns["greedy_alone"](model, p, 3) for rid, p in prompts.items()}
 
 
 def test_one_step_is_one_forward_pass_for_all_its_requests(ns, model, monkeypatch):

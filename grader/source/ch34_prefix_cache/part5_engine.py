@@ -404,7 +404,8 @@ def paged_attention(q, k_cache, v_cache, meta):
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     num_reqs, max_blocks = meta.block_table.shape
     key_pos = torch.arange(max_blocks * block_size, device=q.device)  # [L]
-    slots = meta.block_table[:, key_pos // block_size] * block_size + key_pos % block_size  # [R, L]
+    slots = (meta.block_table * block_size)[:, :, None] + torch.arange(block_size, device=q.device)  # [R, 块, 块内偏移]
+    slots = slots.reshape(num_reqs, -1)  # [R, L]：位置 p 的槽号 = block_table[p // block_size] * block_size + p % block_size
     group = num_heads // num_kv_heads
     keys = k_cache.reshape(-1, num_kv_heads, head_dim)[slots].repeat_interleave(group, dim=2)  # [R, L, H, d]
     values = v_cache.reshape(-1, num_kv_heads, head_dim)[slots].repeat_interleave(group, dim=2)
@@ -488,6 +489,15 @@ class ModelRunner:
         with torch.no_grad():
             logits = self.model(input_ids, positions=positions, attention=PagedAttention(self.kv_caches, meta), logits_indices=logits_indices)
         return dict(zip(sampling, logits.argmax(dim=-1).tolist()))
+
+
+def greedy_alone(model, prompt, max_tokens):
+    """参照：一个请求单独解码，每次把全部 token 从头算一遍（不用任何缓存），取 argmax。"""
+    tokens = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            tokens.append(int(model(torch.tensor(tokens)).argmax(dim=-1)[-1]))
+    return tokens[len(prompt) :]
 
 
 # %% nbgrader={"grade": false, "grade_id": "engine_llm_engine", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -619,7 +629,7 @@ class LLMEngine:
 #
 # <details><summary>TODO 23 · 提示 1</summary>
 #
-# 把池子看成 `[num_blocks * block_size, kv 头, d]` 的一长条，位置 p 的槽号是 `block_table[r, p // block_size] * block_size + p % block_size`：对所有请求、所有 p 一次算出 `[R, L]` 的槽号，一次索引就取出全部 K。查询也要补成 `[R, max_query_len, ...]` 才能和它们做批量矩阵乘。
+# 把池子看成 `[num_blocks * block_size, kv 头, d]` 的一长条，位置 p 的槽号是 `block_table[r, p // block_size] * block_size + p % block_size`：对所有请求、所有 p 一次算出 `[R, L]` 的槽号，一次索引就取出全部 K。查询也要补成 `[R, max_query_len, ...]` 才能和它们做批量矩阵乘。（张量的整除在 torch 1.13 以前会打出弃用警告，用 `torch.div(x, n, rounding_mode="floor")`，或者干脆不除：`block_table * block_size` 加上块内偏移 `arange(block_size)` 再摊平。）
 #
 # </details>
 #
@@ -783,15 +793,6 @@ run_visible_checks(
 # 下面用一个随机权重的小 Qwen2（CPU 上几毫秒一步）跑同一组共享 system prompt 的请求：前缀缓存开 / 关、预算从 1 个块到整个 prompt、以及一个小到必须抢占、必须淘汰缓存块的池子。每种设置下每个请求生成的 token 都应与“一个请求单独、每次把全部 token 从头算一遍”的贪心解码完全相同；统计说明每种设置里发生了什么。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "engine_equality_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
-def greedy_alone(model, prompt, max_tokens):
-    """参照：一个请求单独解码，每次把全部 token 从头算一遍（不用任何缓存），取 argmax。"""
-    tokens = list(prompt)
-    with torch.no_grad():
-        for _ in range(max_tokens):
-            tokens.append(int(model(torch.tensor(tokens)).argmax(dim=-1)[-1]))
-    return tokens[len(prompt) :]
-
-
 def demo_engine_equality():
     model = random_model(tiny_qwen2_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2), seed=5)
     rng = random.Random(34)

@@ -10,6 +10,7 @@ the TODO under test, for as long as the check runs. Part four's `_num_new_tokens
 """
 
 import random
+import warnings
 
 import torch
 
@@ -53,6 +54,14 @@ def _r_allocate_or_preempt(self, request, num_new_tokens, out):
         out.preempted_req_ids.append(victim.request_id)
         if victim is request:
             return False
+
+
+def _quietly(where, function, *args):
+    """`_call` with warnings silenced: torch 1.11 warns about `//` on tensors (deprecated, not
+    wrong), and nbgrader gives 0 to a grade cell that writes to stderr."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _call(where, function, *args)
 
 
 def _r_paged_attention(q, k_cache, v_cache, meta):

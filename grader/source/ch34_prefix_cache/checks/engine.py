@@ -311,7 +311,7 @@ def _attention_matches(ns, seed, cases, **shape):
     for _ in range(cases):
         q, k_cache, v_cache, meta = _random_step(rng, **shape)
         want = _r_paged_attention(q, k_cache, v_cache, meta)
-        got = _call("paged_attention(q, k_cache, v_cache, meta)", ns["paged_attention"], q, k_cache, v_cache, meta)
+        got = _quietly("paged_attention(q, k_cache, v_cache, meta)", ns["paged_attention"], q, k_cache, v_cache, meta)
         where = (
             f"块表 {meta.block_table.tolist()}、seq_lens {meta.seq_lens.tolist()}、query_lens {meta.query_lens.tolist()}、"
             f"q {tuple(q.shape)}、池 {tuple(k_cache.shape)}"
@@ -339,7 +339,7 @@ def check_todo23_decode(ns):
         gen = torch.Generator().manual_seed(rng.randrange(10**6))
         q = torch.randn(len(meta.token_request), q.shape[1], q.shape[2], generator=gen, dtype=q.dtype)
         want = _r_paged_attention(q, k_cache, v_cache, meta)
-        got = _call("paged_attention(decode)", ns["paged_attention"], q, k_cache, v_cache, meta)
+        got = _quietly("paged_attention(decode)", ns["paged_attention"], q, k_cache, v_cache, meta)
         ok = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(q.shape)
         gap = (got.double() - want).abs().max().item() if ok else float("inf")
         assert gap < 1e-6, (
@@ -361,7 +361,7 @@ def check_todo23_heads_dtype(ns):
     rng = random.Random(3432)
     q, k_cache, v_cache, meta = _random_step(rng, num_heads=8, num_kv_heads=2, dtype=torch.float32)
     saved = (k_cache.clone(), v_cache.clone())
-    got = _call("paged_attention(float32, 8 个查询头 / 2 个 KV 头)", ns["paged_attention"], q, k_cache, v_cache, meta)
+    got = _quietly("paged_attention(float32, 8 个查询头 / 2 个 KV 头)", ns["paged_attention"], q, k_cache, v_cache, meta)
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32, (
         f"TODO 23: q 是 float32 时结果也应是 float32，得到 {getattr(got, 'dtype', type(got).__name__)}"
     )
