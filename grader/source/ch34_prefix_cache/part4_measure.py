@@ -768,7 +768,7 @@ else:
 # 步时仍是 A100 · Llama-3-8B 的 roofline 加每步 5 ms，预算 2048，前缀缓存不限容量（所以 round robin 的副本迟早也会缓存两段 system prompt，差别只在对话自己的历史）。这一格不到一秒。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "sched_routing_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 4.7 节的工具：多轮对话负载、两种路由器、多副本模拟。用 4.6 节的 _ServingRun 和 HashPrefixCache。
+#@title 4.7 节的工具：多轮对话负载、两种路由器、多副本模拟。用 4.6 节的 _ServingRun 和 HashPrefixCache。
 
 
 def conversation_workload(seed=34, num_conversations=60, turns=4, rate=3.0, num_system_prompts=2, system_len=1024,
@@ -858,7 +858,7 @@ def simulate_replicas(workload, step_seconds, router, num_replicas, max_num_batc
     return merged, [len(run.order) for run in runs]
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_routing", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 模拟：4 个副本，round robin 对 cache_aware（SGLang router 的默认阈值），多轮对话，预算 2048
+#@title 模拟：4 个副本，round robin 对 cache_aware（SGLang router 的默认阈值），多轮对话，预算 2048
 routing_workload = conversation_workload(seed=34)
 routing_step = roofline_step_model("A100", "Llama-3-8B", step_overhead=0.005)
 print(f"负载：{len(routing_workload)} 个请求（60 段对话 × 4 轮），{routing_workload[-1][0]:.1f} s 内到达；"

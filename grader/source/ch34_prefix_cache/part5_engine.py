@@ -652,6 +652,7 @@ class LLMEngine:
 # </details>
 
 # %% nbgrader={"grade": false, "grade_id": "visible_todo20_24", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title TODO 20–24 的可见检查：运行即可，每个 TODO 打印一行结果
 # 运行此单元格检查 TODO 20–24：每个 TODO 几个固定的小例子，几秒内跑完；评分时还有 15 格隐藏检查（随机负载逐步比对参考实现、与逐个请求贪心解码比较）。
 VISIBLE_TODO_OF.update(
     {
@@ -793,6 +794,7 @@ run_visible_checks(
 # 下面用一个随机权重的小 Qwen2（CPU 上几毫秒一步）跑同一组共享 system prompt 的请求：前缀缓存开 / 关、预算从 1 个块到整个 prompt、以及一个小到必须抢占、必须淘汰缓存块的池子。每种设置下每个请求生成的 token 都应与“一个请求单独、每次把全部 token 从头算一遍”的贪心解码完全相同；统计说明每种设置里发生了什么。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "engine_equality_demo", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 演示：同一批 prompt 在各种设置下（缓存开关、预算、小池子抢占）生成的 token 都与逐个贪心解码相同
 def demo_engine_equality():
     model = random_model(tiny_qwen2_config(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2), seed=5)
     rng = random.Random(34)

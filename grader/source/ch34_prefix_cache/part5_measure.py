@@ -11,7 +11,7 @@
 # 每个计时都给出重复几遍的最小–最大；两组数的范围重叠时，表下面的判断写“太吵，下不了结论”，而不是挑一个好看的数。CPU 上整节十几秒；GPU 上用真实模型要一两分钟。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "engine_measure_helpers", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 这一节的测量工具：驱动引擎服务一串请求并打时间戳、设备上的各种计时。只用标准库和 torch（transformers、matplotlib 可选）。
+#@title 这一节的测量工具：驱动引擎服务一串请求并打时间戳、设备上的各种计时。只用标准库和 torch（transformers、matplotlib 可选）。
 import contextlib
 import tempfile
 import warnings
@@ -279,7 +279,7 @@ def measurement_plan(model):
 # 下一格先打印负载和离线吞吐，再打印表：每一行是一种配置，TTFT、TBT 的 p50 / p99 和生成吞吐都是两遍运行的中位数 [最小, 最大]；“模拟”两列是 4.6 节的 `simulate_serving` 用这些步拟合出的步时模型给出的同一负载的结果。最后是两张图：左边是 TTFT p50，右边是 TBT p99，实测（带两遍的范围）与模拟并排。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_serving", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 实测：你的 LLMEngine 服务一串共享 system prompt 的聊天请求（前缀缓存开 / 关 × 预算），旁边是 4.6 节的模拟
+#@title 实测：你的 LLMEngine 服务一串共享 system prompt 的聊天请求（前缀缓存开 / 关 × 预算），旁边是 4.6 节的模拟
 engine_missing = engine_unfinished_message()
 if engine_missing:
     print(engine_missing)
@@ -352,7 +352,7 @@ else:
 # 模拟与实测差多少，取决于步时模型 `a + b·N_tok + c·W` 对这台设备的引擎有多准：它没有排队之外的抖动，也不知道 Python 的记账（调度、准备输入、采样）在每一步里占多少——这些都被拟合进了 `a`。模拟还漏掉了 `step()` 之外的时间（把请求交给引擎、驱动循环本身）；机器忙时（别的进程在抢 CPU），实测的步时拖着长尾，而按相对误差拟合的模型贴着典型的步，模拟的数会系统地偏低。两者随预算和缓存朝同一个方向变，就说明 4.6 节的结论在你的设备上成立；p99 由最慢的一两个请求决定，差得多是常态。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_one_at_a_time", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 实测：同一批请求，全部同时交给引擎 vs 一次一个（generate_greedy；装了 transformers 时加上它的 generate）
+#@title 实测：同一批请求，全部同时交给引擎 vs 一次一个（generate_greedy；装了 transformers 时加上它的 generate）
 engine_missing = engine_unfinished_message()
 if engine_missing:
     print(engine_missing)
@@ -405,7 +405,7 @@ else:
 # - **发射算子的下限** = 这一步发出的算子数 × 一个空算子（1 个元素加 1）从 Python 发出到做完的耗时：哪怕每个算子都不做事，一步也要这么久。算子数由 `TorchDispatchMode` 数出来（torch 2.0 以前没有它，那一列就空着）。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_prefill_and_step", "locked": true, "schema_version": 3, "solution": false, "task": false}
-# 实测：90% 已缓存时 prefill 的加速比随 prompt 长度的变化；decode 步的耗时与读权重 / 发射算子两条下限
+#@title 实测：90% 已缓存时 prefill 的加速比随 prompt 长度的变化；decode 步的耗时与读权重 / 发射算子两条下限
 engine_missing = engine_unfinished_message()
 if engine_missing:
     print(engine_missing)

@@ -23,6 +23,7 @@
 # 模型的 `forward(input_ids, positions=None, attention=None, logits_indices=None)` 留了一个口子给引擎：`attention` 为 `None` 时是普通的因果自注意力（这 T 个 token 是一条完整的序列）；传入一个对象时，每层都调用 `attention(layer_idx, q, k, v)`，q、k 已经按 `positions` 转好了 RoPE，由它决定 K、V 写到哪里、从哪里读。引擎的分页注意力就是这样一个对象。
 
 # %% nbgrader={"grade": false, "grade_id": "model_imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 第五部分用到的标准库与 torch
 import json
 import os
 import struct
@@ -35,6 +36,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # %% nbgrader={"grade": false, "grade_id": "model_qwen2", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title Qwen2 模型（纯 torch）：RMSNorm、RoPE、GQA 注意力、SwiGLU MLP；forward(input_ids, positions, attention, logits_indices)
 @dataclass
 class Qwen2Config:
     """Qwen2 的超参数；默认值就是 Qwen2.5-0.5B-Instruct 的 config.json。"""
@@ -323,6 +325,7 @@ def count_parameters(model) -> int:
 # 大模型的权重会切成几个文件（分片），`model.safetensors.index.json` 的 `weight_map` 写着每个张量在哪个文件里。`load_model` 读 `config.json`，逐个张量读出（`torch.frombuffer`），转成要用的 dtype 后放到设备上；缺了、多了、形状不对，都会报出张量的名字。`dtype=None` 时：CPU 上用 float32；GPU 上用 checkpoint 自己的 dtype（Qwen2.5 是 bfloat16），GPU 不支持 bfloat16（比如 T4）时换成 float16。
 
 # %% nbgrader={"grade": false, "grade_id": "model_loader", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 读写 checkpoint：只用标准库解析 safetensors；load_model、save_model、random_model
 SAFETENSORS_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
@@ -510,6 +513,7 @@ def generate_greedy(model, prompt_ids, max_tokens, eos_token_ids=()):
 # 对这一部分最重要的是：**同一个 system prompt 渲染出的开头总是同一串 token**。很多请求共享它，前缀缓存就能复用它的 KV。
 
 # %% nbgrader={"grade": false, "grade_id": "model_hub_tokenizer", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 下载模型（魔搭或 Hugging Face，哪个能用用哪个）、分词器与 chat template
 import inspect
 
 QWEN_REPO_ID = "Qwen/Qwen2.5-0.5B-Instruct"  # 魔搭和 Hugging Face 上的名字相同
