@@ -364,3 +364,44 @@ def test_a_hang_in_one_todo_costs_that_todo_and_keeps_every_other_check(hang_cat
 def test_no_kernel_of_the_hang_catalogue_outlives_its_grading(hang_catalogue):
     assert hang_catalogue["rows"]["reference"]["status"] == "graded"
     assert wait_for_no_process_with(str(hang_catalogue["tmp"])) == []
+
+
+BOX_ON_OTHER_PYTHONS = """
+import signal, sys
+box = {"__name__": "hidden_check"}
+exec(compile(open(sys.argv[1]).read(), "<hidden check>", "exec"), box)
+learner = {}
+exec(compile(sys.argv[2], "/tmp/learner_cell.py", "exec"), learner)
+for name in ("plain", "long_sleep", "catch_all", "catch_and_return"):
+    try:
+        box["run_boxed"](lambda: learner[name](10), float(sys.argv[3]))
+        print(name, "returned")
+    except box["CheckTimeout"] as timeout:
+        print(name, "swallowed" if timeout.swallowed else "stopped")
+    assert sys.gettrace() is None and signal.getsignal(signal.SIGALRM) == signal.SIG_DFL
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["3.10", "3.12", "3.13"])
+def test_the_box_stops_the_same_code_on_the_pythons_learners_have(version):
+    """Colab's 3.13, ModelScope's 3.12, the 3.10 floor: the alarm, and the line trace that
+    stops a swallowing loop (3.12 moved tracing onto sys.monitoring), work the same."""
+    from tests.test_other_pythons import find_python
+
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"no Python {version} on this machine")
+    timebox = check_file_text("_timebox.py")
+    run = subprocess.run(
+        [python, "-c", BOX_ON_OTHER_PYTHONS, "/dev/stdin", LEARNER_CODE, str(BOX)],
+        input=timebox,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert run.stdout.split() == [
+        "plain", "stopped", "long_sleep", "stopped", "catch_all", "swallowed",
+        "catch_and_return", "swallowed",
+    ], run.stdout  # fmt: skip
