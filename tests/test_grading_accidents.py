@@ -113,6 +113,10 @@ def test_a_kernel_ended_by_os_exit_costs_only_the_todo_that_ended_it(accidents):
     text = page(accidents["report"], "bob")
     assert f"TODO {todo}：运行时内核退出（退出码 3" in text
     assert "不是你的问题" not in text
+    summary = (accidents["report"] / "summary.html").read_text(encoding="utf-8")
+    hung = summary.split("TODOs that hung, crashed or did not run", 1)[1].split("<h2>", 1)[0]
+    assert "<td>bob</td>" in hung and f"TODO {todo} ended the kernel" in hung
+    assert "<td>alice</td>" not in hung
 
 
 def test_a_syntax_error_is_named_once_for_its_answer_cell_with_its_line(accidents):

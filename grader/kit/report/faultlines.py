@@ -45,7 +45,7 @@ def summary_section(rows: list[dict]) -> str:
     if not items:
         return ""
     return (
-        "<h2>超时或崩溃的 TODO / TODOs that hung or crashed</h2>"
+        "<h2>超时、崩溃或没能运行的 TODO / TODOs that hung, crashed or did not run</h2>"
         "<p>只有这些 TODO 的检查失分，其余照常评分 / only these TODOs' checks lost points.</p>"
         f"<table><tr><th>student</th><th>what</th></tr>{items}</table>"
     )
