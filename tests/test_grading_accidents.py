@@ -23,8 +23,8 @@ import pytest
 from grader.kit.authoring.examples import filled_submission
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME, nbgrader_meta, todo_number
 from grader.kit.errors import WrongExport
+from grader.kit.faults.kinds import TIMEBOX_EXIT_CODE, KernelFault, kind_of_death, summary
 from grader.kit.grading.batch import check_export, progress_line
-from grader.kit.grading.faults import TIMEBOX_EXIT_CODE, KernelFault, kind_of_death, summary
 from grader.kit.grading.outcome import Outcome
 from grader.kit.report.scores import grade_columns
 from tests.conftest import (

@@ -247,11 +247,11 @@ def sandbox_kind(sandbox: bool, zygote: Zygote | None) -> str:
 
 def grade_sandboxed(intake, args, settings) -> int:
     """The rest of `grade_intake`, once the sandbox is chosen, tried and announced."""
+    from .faults.lines import console_lines
     from .grading.batch import grade_all  # see the imports
     from .grading.preflight import write_reference
     from .grading.resumable import left_to_grade
     from .report import grades
-    from .report.faultlines import console_lines
     from .report.writer import stale_ids
 
     stale = stale_ids(intake, args.report)

@@ -245,7 +245,7 @@ def fault_in(outcomes: list[Outcome]) -> str | None:
     Counted among the submissions that reached a kernel (a file rejected before grading says
     nothing about the grader): once there are FAULT_AFTER of them, and FAULT_SHARE of them
     ended with the same grader-side status and reason, or had their kernel end in the same
-    cell the same way (graded around it by `resume.py`, but the same death everywhere is more
+    cell the same way (graded around it by `faults/resume.py`, but the same death everywhere is more
     likely the grader's limits than every learner's code).
     """
     ran = [o for o in outcomes if o.status in FAULT_STATUSES + ("graded", "flagged", "timeout")]

@@ -28,12 +28,12 @@ from nbgrader.preprocessors import CheckCellMetadata, Execute
 from traitlets.config.loader import PyFileConfigLoader
 
 from .. import paths
+from ..faults.kinds import summary
+from ..faults.resume import ResumingExecute
 from ..paths import ASSIGNMENT
 from ..sandbox import cgroups, reaper
 from ..sandbox.kernel_setup import KERNEL_NAME, kernel_settings, prepare_kernel
-from .faults import summary
 from .limits import Limits
-from .resume import ResumingExecute
 
 
 def warm_up(release) -> None:
@@ -115,7 +115,7 @@ def run_nbgrader(workdir: Path, student_id: str, limits: Limits) -> dict:
     # (0.2 s of jsonschema a submission each time). Neither can fail here: `normalize.py` rebuilt
     # the notebook with the release's metadata on every release cell and none on the others,
     # and `warm_up` validated the release's once for the batch. Both checks are dropped.
-    # A kernel that dies or will not stop costs only its cell (`resume.py`).
+    # A kernel that dies or will not stop costs only its cell (`faults/resume.py`).
     swap = {CheckCellMetadata: None, Execute: ResumingExecute}
     for stage in ("sanitize_preprocessors", "autograde_preprocessors"):
         default = Autograde.class_traits()[stage].default()

@@ -94,7 +94,7 @@ def collect(workdir: Path, submission, student_id: str, ended, limits: Limits) -
             autograded=result["autograded"],
         )  # fmt: skip
     # Answer cells that did not run, and cells under which the kernel ended and after which
-    # the rest were graded in a fresh one (`resume.py`).
+    # the rest were graded in a fresh one (`faults/resume.py`).
     faults = result.get("faults", [])
     return Outcome.of(
         submission,

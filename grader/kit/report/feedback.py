@@ -18,7 +18,7 @@ import re
 
 from ..authoring.checkcells import check_label, check_titles
 from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
-from .causes import cause_by_todo, definition_errors
+from ..faults.causes import cause_by_todo, definition_errors
 from .formats import esc, html_page
 from .scores import counted_score, max_score
 
@@ -357,7 +357,7 @@ def failed_checks(failed: list, messages: dict, titles: dict, css: str = "") -> 
 
 def with_causes(messages: dict, scores: dict, errors) -> dict:
     """`messages` with the cause put first for each failed check of a TODO whose answer cell did
-    not run (`causes.py`): the learner reads the cause, not its consequence."""
+    not run (`faults/causes.py`): the learner reads the cause, not its consequence."""
     causes = cause_by_todo(errors)
     changed = dict(messages)
     for grade_id, (score, points) in scores.items():

@@ -15,7 +15,7 @@ from urllib.parse import quote
 from .. import paths
 from ..authoring.checkcells import check_label
 from ..authoring.nbsource import PARTS, part_of, todo_number
-from . import faultlines
+from ..faults import lines as faultlines
 from .formats import esc, html_page
 from .scores import MISSING, is_grade, num, todo_columns
 

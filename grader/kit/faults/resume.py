@@ -28,8 +28,8 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 
 from ..authoring.nbsource import nbgrader_meta, todo_number
-from ..report.causes import CellError, definition_errors
-from .faults import KernelFault, kind_of_death, oom_kill_count
+from .causes import CellError, definition_errors
+from .kinds import KernelFault, kind_of_death, oom_kill_count
 
 # More restarts than this and the notebook is given up as nbgrader would (the notebook's own
 # time limit stops it long before, for any notebook that takes time to kill its kernel).
@@ -40,7 +40,7 @@ class ResumingExecute(Execute):
     """Execute every cell; on a dead or unstoppable kernel, record and resume (module docstring)."""
 
     faults: list[KernelFault] = []  # of the last notebook this process ran
-    causes: list[CellError] = []  # its answer cells that did not run (`report/causes.py`)
+    causes: list[CellError] = []  # its answer cells that did not run (`faults/causes.py`)
     cgroups: tuple = ()  # the submission's cgroups, where the memory killer's count is read
     _failed_restore: int | None = None  # the cell whose re-run ended the kernel
 

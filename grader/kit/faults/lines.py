@@ -1,15 +1,15 @@
 """Where the instructor reads which TODO hung or crashed: after the console's table, and in
-summary.html. Both list the submissions graded around a kernel that ended (`grading/resume.py`)
+summary.html. Both list the submissions graded around a kernel that ended (`faults/resume.py`)
 and the answer cells that did not run (`causes.py`), one line a submission, from the `reason`
-the row holds (those lines are written by `grading/faults.summary` and `causes.CellError`).
+the row holds (those lines are written by `faults/kinds.summary` and `causes.CellError`).
 """
 
 from __future__ import annotations
 
 import re
 
-from ..grading.faults import KINDS
-from .formats import esc
+from ..report.formats import esc
+from .kinds import KINDS
 
 # The lines of a `reason` that name a TODO (or another cell) that hung or crashed
 # (`faults.summary`), or an answer cell that did not run (`causes.CellError.reason`).
