@@ -258,6 +258,7 @@ class PrefixCacheManager:
 # 运行下面的单元格检查 TODO 1–8（几秒内跑完）。每条断言失败时都会写明是哪个 TODO、输入是什么、应该得到什么、实际得到什么；你的代码抛出的异常保持原样（`TypeError` 就是 `TypeError`），只有某个方法里仍是 `raise NotImplementedError()` 时才提示“请先完成 TODO N”。这里全部通过，说明基本路径正确；评分时还会用随机输入、边界情况和多种 `block_size` 再检查一遍。
 
 # %% nbgrader={"grade": false, "grade_id": "check_time_box", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 可见检查的时限：每个检查最多运行 BOX_SECONDS 秒，超时就失败并写明是哪个 TODO（已给出，运行即可）
 # 已给出，不必读懂：可见检查（和评分时的隐藏检查）的时限。每个检查最多运行 BOX_SECONDS 秒；超时（死循环、
 # 等太久的 time.sleep）时这个检查失败，消息写明是哪个 TODO、哪次调用、停在哪一行，然后接着运行下一个检查。
 #| code: _timebox.py
