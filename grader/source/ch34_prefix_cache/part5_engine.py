@@ -314,8 +314,8 @@ class KVCacheManager:
 # 4. 这一步只要有过抢占，就**不再接纳**新请求（`if not preempted_reqs:` 才排 waiting）。
 #
 # **TODO 22 `_allocate_or_preempt(request, num_new_tokens, out)`** 就是 1–3：分配成功返回 `True`；被抢占的请求 id 依次记进 `out.preempted_req_ids`；当前请求自己被抢占时返回 `False`。新请求的接纳（`_schedule_waiting`，已给出）不抢占别人：分配不到就停下，等下一步。
-
-接纳还有一道门槛（已给出，`KVCacheManager.full_sequence_fits`）：waiting 里的请求（新来的或被抢占过的）只有**整个序列**（`request.num_tokens` 个 token，不只是这一步的第一块）都放得下时才被接纳。这是 vLLM 0.33.0 的默认：`vllm/config/scheduler.py` 第 190 行 `scheduler_reserve_full_isl: bool = True`；`Scheduler.schedule` 接纳 waiting 时（`sched/scheduler.py` 第 1449 行）传 `allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`；`kv_cache_manager.py` 第 531 行起按整个序列算要几个块（减去命中的块，加上命中的块里还在空闲队列里的），比空闲块多就返回 `None`。没有这道门槛，分块 prefill 会接纳一个只放得下第一块的请求，算到一半再抢占它或别人，已算的白算。
+#
+# 接纳还有一道门槛（已给出，`KVCacheManager.full_sequence_fits`）：waiting 里的请求（新来的或被抢占过的）只有**整个序列**（`request.num_tokens` 个 token，不只是这一步的第一块）都放得下时才被接纳。这是 vLLM 0.33.0 的默认：`vllm/config/scheduler.py` 第 190 行 `scheduler_reserve_full_isl: bool = True`；`Scheduler.schedule` 接纳 waiting 时（`sched/scheduler.py` 第 1449 行）传 `allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`；`kv_cache_manager.py` 第 531 行起按整个序列算要几个块（减去命中的块，加上命中的块里还在空闲队列里的），比空闲块多就返回 `None`。没有这道门槛，分块 prefill 会接纳一个只放得下第一块的请求，算到一半再抢占它或别人，已算的白算。
 #
 # ##### 一步一次前向：扁平的 token、块表和槽位
 #
