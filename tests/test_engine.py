@@ -209,3 +209,39 @@ def test_bad_requests_are_clear_errors(ns, model):
     engine.add_request("a", [1, 2], 1)
     with pytest.raises(ValueError, match="已经在引擎里"):
         engine.add_request("a", [3], 1)
+
+
+def test_a_waiting_request_is_admitted_only_when_its_whole_sequence_fits(ns):
+    """vLLM 0.33.0's scheduler_reserve_full_isl: the first chunk fitting is not enough."""
+    manager = ns["KVCacheManager"](num_blocks=6, block_size=BLOCK)
+    scheduler = ns["EngineScheduler"](manager, max_num_batched_tokens=4 * BLOCK, max_num_seqs=4)
+    a = ns["Request"]("a", list(range(3 * BLOCK)), 1)  # 3 blocks
+    b = ns["Request"]("b", list(range(50, 50 + 4 * BLOCK)), 1)  # 4 blocks; 3 are left
+    scheduler.add_request(a)
+    scheduler.add_request(b)
+    first = scheduler.schedule()  # b's first chunk (1 block, the budget's last BLOCK tokens) fits
+    assert dict(first.num_scheduled_tokens) == {"a": 3 * BLOCK}, "b's whole sequence does not fit"
+    assert [r.request_id for r in scheduler.waiting] == ["b"] and manager.get_block_ids("b") == []
+    assert not manager.full_sequence_fits(b, [])
+    scheduler.update_from_output(first, {"a": 1})  # a finishes
+    manager.free(a)
+    second = scheduler.schedule()
+    assert dict(second.num_scheduled_tokens) == {"b": 4 * BLOCK}
+
+
+def test_a_second_block_with_the_same_content_is_registered_too_and_freed_as_cached(ns):
+    """vLLM's BlockHashToBlockMap does not de-duplicate: both blocks are cached under one hash."""
+    manager = ns["KVCacheManager"](num_blocks=6, block_size=BLOCK)
+    prompt = list(range(BLOCK)) + [90]
+    a, b = ns["Request"]("a", prompt, 1), ns["Request"]("b", list(prompt), 1)
+    manager.allocate_slots(a, len(prompt))
+    manager.allocate_slots(b, len(prompt))  # no lookup: b computes its own copy of the block
+    first_a, first_b = manager.req_to_blocks["a"][0], manager.req_to_blocks["b"][0]
+    assert first_a is not first_b and first_a.block_hash == first_b.block_hash is not None
+    pool = manager.block_pool
+    assert len(pool.cached_block_hash_to_block) == 2 and pool.get_cached_block(first_a.block_hash) is first_a
+    manager.free(b)
+    assert list(pool.free_block_queue)[-1] == first_b.block_id, "a cached block goes to the tail"
+    pool.get_new_blocks(len(pool.free_block_queue))  # takes (evicts) b's copy; a's stays
+    assert pool.get_cached_block(first_a.block_hash) is first_a and len(pool.cached_block_hash_to_block) == 1
+    pool.check_integrity()

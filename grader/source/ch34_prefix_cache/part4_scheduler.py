@@ -26,7 +26,7 @@
 #
 # 这样排的结果是：已经在 running 里的请求——正在 decode 的，和 prefill 做了一半的——都排在新请求前面，彼此之间**按接纳的先后**，vLLM 不把 decode 挪到做了一半的 prefill 前面（第 2 步只是按顺序走一遍 `self.running`）。一个长 prompt 被切成若干块、每步只占预算剩下的部分；running 里的 decode 每步都排得上，除非排在它前面的请求（包括一个先被接纳、还在分块的长 prefill）已经把预算用完——预算远大于 decode 的个数时，这很少发生。Sarathi-Serve 把这种做法叫 stall-free batching；它的调度器（`sarathi/core/scheduler/sarathi_scheduler.py`）才是严格的“先 decode，再做了一半的 prefill，最后新的 prefill”。
 #
-# **KV 不够时。** 上面第 2 步里，vLLM 为每个请求调用 `kv_cache_manager.allocate_slots` 申请新的 KV 块；申请不到时，它把 running 里**最后进入**的请求抢占（preempt）：释放它的块、`num_computed_tokens` 归零、放回等待队列的最前面，以后从头重算（命中的前缀可以再次命中）。这一步只要有抢占，就不再接纳新请求。本节的调度器不管 KV 容量，也就没有抢占。
+# **KV 不够时。** 上面第 2 步里，vLLM 为每个请求调用 `kv_cache_manager.allocate_slots` 申请新的 KV 块；申请不到时，它把 running 里**最后进入**的请求抢占（preempt）：释放它的块、`num_computed_tokens` 归零、放回等待队列的最前面，以后从头重算（命中的前缀可以再次命中）。这一步只要有抢占，就不再接纳新请求；等待的请求要整个序列都放得下才被接纳（0.33.0 的默认，第五部分细说）。本节的调度器不管 KV 容量，也就没有抢占。
 #
 # **SGLang 不一样。** SGLang 也只对没命中的 token 收预算（`extend_input_len = len(fill_ids) - len(prefix_indices)`），但它默认**先跑 prefill 批**：`get_next_batch_to_run` 只要能组出 prefill 批就先跑它，decode 等下一步；`--chunked-prefill-size` 是一个 prefill 批的分块预算；此外 `--max-prefill-tokens`（默认 16384）也限制一个 prefill 批的 token 数（帮助文字说实际上限取它和模型最大上下文长度中较大的一个）。只有打开 `--enable-mixed-chunk`，prefill 块和 decode 才在同一步里，而且先扣 decode 的 token。所以同一个长 prompt，在 SGLang 默认设置下会让正在 decode 的请求停顿几步，在 vLLM v1 里不会。4.6 节用模拟看这一点（不是在 GPU 上测）。
 

@@ -24,6 +24,7 @@
 # - **`get_new_blocks(n)`（TODO 20）** 从队首拿 n 个块。拿到的块如果还带着 `block_hash`（登记在缓存里），**这时**才把它从 `cached_block_hash_to_block` 里删掉（`_maybe_evict_cached_block`）：淘汰是**惰性**的，一个没人用的缓存块一直可以被命中，直到它的显存真的被要走。
 # - **`touch(blocks)`**：命中的块 `ref_cnt + 1`；原来是 0 的，从空闲队列里取出来（它不再能被淘汰）。只查找不 touch，不改变顺序。
 # - **`free_blocks(ordered_blocks)`**：`ref_cnt - 1`，降到 0 的块回到队列。0.33.0 的写法：登记过的块排到**队尾**（最近用过，最后淘汰），没登记过的块放到**队首**（内容没有复用价值，先被拿走）。`KVCacheManager.free` 按块表**从尾到头**交给它，所以同一条链上总是尾块先被淘汰——父块比子块先没了，子块就再也查不到了。
+# - **同样内容可以登记好几个块。** 两个请求各自算了同一段前缀（后一个被接纳时，前一个还没排到那一块，它没命中），两个块都登记：`cached_block_hash_to_block` 是一个 `BlockHashToBlockMap`，一个 hash 对应 `{block_id: 块}`。vLLM 不去重（`block_pool.py` 里这个类的 NOTE #1：块表只追加，已分配的块号不变）；查找取还登记着的、最早登记的那个。所以重复的块释放时也是缓存块，排到队尾。
 #
 # 块的 hash 沿用第三部分的哈希链：第 i 块的 hash 覆盖父块的 hash 和本块的 token。vLLM 默认用 SHA-256（`prefix_caching_hash_algo`），命中时不再核对块里的 token；第三部分用 Python 的 64 位 `hash`，所以要核对。这里和 vLLM 一样用 SHA-256。（vLLM 还把 0 号块留作占位的 null block；这里没有这个需要，每个块都可用。）
 #
@@ -67,6 +68,39 @@ class KVCacheBlock:
     block_hash: bytes | None = None
 
 
+class BlockHashToBlockMap:
+    """block_hash -> {block_id: 块}：前缀缓存的表（vLLM 0.33.0 `block_pool.py` 的同名类与方法名）。
+
+    同样内容的块可以登记好几个：vLLM 不去重（它的 NOTE #1：块表只追加、已分配的块号不变）。
+    查找时取其中还登记着的、最早登记的那个。
+    """
+
+    def __init__(self):
+        self._cache = {}  # block_hash -> {block_id: KVCacheBlock}，按登记的先后
+
+    def get_one_block(self, block_hash):
+        blocks = self._cache.get(block_hash)
+        return next(iter(blocks.values())) if blocks else None
+
+    def insert(self, block_hash, block) -> None:
+        self._cache.setdefault(block_hash, {})[block.block_id] = block
+
+    def pop(self, block_hash, block_id):
+        """注销 block_hash 下的块 block_id，返回它（不在时返回 None）。"""
+        blocks = self._cache.get(block_hash, {})
+        block = blocks.pop(block_id, None)
+        if not blocks:
+            self._cache.pop(block_hash, None)
+        return block
+
+    def cached_blocks(self) -> list:
+        """登记着的全部块（同一内容的几个块都在里面）。"""
+        return [block for blocks in self._cache.values() for block in blocks.values()]
+
+    def __len__(self) -> int:
+        return sum(len(blocks) for blocks in self._cache.values())
+
+
 # %% nbgrader={"grade": false, "grade_id": "engine_block_pool", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class BlockPool:
     """num_blocks 个物理块：一个按淘汰顺序排的空闲队列，一张 hash -> 块 的缓存表。只记账，不碰张量。
@@ -83,14 +117,14 @@ class BlockPool:
         self.enable_caching = enable_caching
         self.blocks = [KVCacheBlock(block_id) for block_id in range(num_blocks)]
         self.free_block_queue = OrderedDict((block.block_id, block) for block in self.blocks)  # 队首最先被拿走
-        self.cached_block_hash_to_block = {}  # block_hash -> KVCacheBlock
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.num_evictions = 0
 
     def get_num_free_blocks(self) -> int:
         return len(self.free_block_queue)
 
     def get_cached_block(self, block_hash):
-        return self.cached_block_hash_to_block.get(block_hash)
+        return self.cached_block_hash_to_block.get_one_block(block_hash)
 
     def get_new_blocks(self, num_blocks: int) -> list:
         """从空闲队列的队首拿 num_blocks 个块，返回它们（按拿的顺序），每个 ref_cnt 为 1。
@@ -116,7 +150,7 @@ class BlockPool:
         """块还登记在缓存里时注销它（计一次淘汰），返回 True；没登记时什么都不做，返回 False。"""
         if block.block_hash is None:
             return False
-        del self.cached_block_hash_to_block[block.block_hash]
+        self.cached_block_hash_to_block.pop(block.block_hash, block.block_id)
         block.block_hash = None
         self.num_evictions += 1
         return True
@@ -128,13 +162,10 @@ class BlockPool:
                 del self.free_block_queue[block.block_id]
             block.ref_cnt += 1
 
-    def cache_full_block(self, block, block_hash) -> bool:
-        """把一个（调用者持有的）满块登记到 block_hash 下。同样内容已有别的块登记时不登记，它保持私有。"""
-        if block_hash in self.cached_block_hash_to_block:
-            return False
+    def cache_full_block(self, block, block_hash) -> None:
+        """把一个（调用者持有的）满块登记到 block_hash 下。同样内容已有别的块登记时也登记（vLLM 不去重）。"""
         block.block_hash = block_hash
-        self.cached_block_hash_to_block[block_hash] = block
-        return True
+        self.cached_block_hash_to_block.insert(block_hash, block)
 
     def free_blocks(self, ordered_blocks) -> None:
         """ordered_blocks 按淘汰的先后给出（先淘汰的在前）。ref_cnt - 1；降到 0 的块回到空闲队列：
@@ -157,10 +188,14 @@ class BlockPool:
             assert block.ref_cnt >= 0, f"块 {block.block_id} 的 ref_cnt 为负"
             in_queue = self.free_block_queue.get(block.block_id) is block
             assert in_queue == (block.ref_cnt == 0), f"块 {block.block_id}：在空闲队列里 ⇔ ref_cnt 为 0（ref_cnt={block.ref_cnt}）"
-            if block.block_hash is not None:
-                assert self.cached_block_hash_to_block.get(block.block_hash) is block, f"块 {block.block_id} 的 hash 没有指回它"
+        cached = self.cached_block_hash_to_block
+        for block_hash, blocks in cached._cache.items():
+            assert blocks, "缓存表里留着一个没有块的 hash"
+            for block_id, block in blocks.items():
+                assert block is self.blocks[block_id] and block.block_hash == block_hash, f"缓存表在 hash 下指向了块 {block_id}，它的内容不是这个 hash"
+        registered = [block for block in self.blocks if block.block_hash is not None]
+        assert len(cached) == len(registered), f"带 block_hash 的块 {len(registered)} 个，缓存表里登记了 {len(cached)} 个"
         assert len(self.free_block_queue) == sum(1 for b in self.blocks if b.ref_cnt == 0), "空闲队列里有不该在的块"
-        assert all(block.block_hash == h for h, block in self.cached_block_hash_to_block.items()), "缓存表指向了别的内容"
 
 
 # %% nbgrader={"grade": false, "grade_id": "engine_kv_cache_manager", "locked": false, "schema_version": 3, "solution": true, "task": false}
@@ -229,6 +264,19 @@ class KVCacheManager:
         return new_blocks
         ### END SOLUTION
 
+    def full_sequence_fits(self, request, new_computed_blocks) -> bool:
+        """接纳的门槛：request 的整个序列（request.num_tokens 个 token，不只是这一步的一块）放得下吗？
+
+        vLLM 0.33.0 接纳 waiting 里的请求时调用 allocate_slots(..., full_sequence_must_fit=True)
+        （SchedulerConfig.scheduler_reserve_full_isl，默认 True），与 allocate_slots 同样记账：
+        整个序列要的块，减去已有的和命中的，加上命中的块里还在空闲队列里的。只查，不改状态。
+        """
+        num_required_blocks = -(-request.num_tokens // self.block_size)
+        num_owned_blocks = len(self.req_to_blocks.get(request.request_id, [])) + len(new_computed_blocks)
+        num_evictable_hits = sum(1 for block in new_computed_blocks if block.ref_cnt == 0)
+        num_blocks = max(num_required_blocks - num_owned_blocks, 0) + num_evictable_hits
+        return num_blocks <= self.block_pool.get_num_free_blocks()
+
     def cache_blocks(self, request, num_tokens: int) -> None:
         """登记块表里前 num_tokens // block_size 个满块中还没登记的（前缀缓存关掉时什么都不做）。"""
         if not self.enable_caching:
@@ -265,7 +313,9 @@ class KVCacheManager:
 # 3. 再试一次 `allocate_slots`；被抢占的正是当前请求自己时，这个请求这一步排不上，停止排 running；
 # 4. 这一步只要有过抢占，就**不再接纳**新请求（`if not preempted_reqs:` 才排 waiting）。
 #
-# **TODO 22 `_allocate_or_preempt(request, num_new_tokens, out)`** 就是 1–3：分配成功返回 `True`；被抢占的请求 id 依次记进 `out.preempted_req_ids`；当前请求自己被抢占时返回 `False`。新请求的接纳（`_schedule_waiting`）不抢占别人：分配不到就停下，等下一步。
+# **TODO 22 `_allocate_or_preempt(request, num_new_tokens, out)`** 就是 1–3：分配成功返回 `True`；被抢占的请求 id 依次记进 `out.preempted_req_ids`；当前请求自己被抢占时返回 `False`。新请求的接纳（`_schedule_waiting`，已给出）不抢占别人：分配不到就停下，等下一步。
+#
+# 接纳还有一道门槛（已给出，`KVCacheManager.full_sequence_fits`）：waiting 里的请求（新来的或被抢占过的）只有**整个序列**（`request.num_tokens` 个 token，不只是这一步的第一块）都放得下时才被接纳。这是 vLLM 0.33.0 的默认：`vllm/config/scheduler.py` 第 190 行 `scheduler_reserve_full_isl: bool = True`；`Scheduler.schedule` 接纳 waiting 时（`sched/scheduler.py` 第 1449 行）传 `allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`；`kv_cache_manager.py` 第 531 行起按整个序列算要几个块（减去命中的块，加上命中的块里还在空闲队列里的），比空闲块多就返回 `None`。没有这道门槛，分块 prefill 会接纳一个只放得下第一块的请求，算到一半再抢占它或别人，已算的白算。
 #
 # ##### 一步一次前向：扁平的 token、块表和槽位
 #
@@ -361,6 +411,8 @@ class EngineScheduler(Scheduler):
             request = self.waiting[0]
             hit_blocks, num_hit_tokens = self.kv_cache_manager.get_computed_blocks(request)
             num_new_tokens = self._num_new_tokens(request, num_hit_tokens, token_budget)
+            if not self.kv_cache_manager.full_sequence_fits(request, hit_blocks):
+                break  # 整个序列放不下就不接纳（vLLM 0.33.0 的 scheduler_reserve_full_isl）：等下一步
             if self.kv_cache_manager.allocate_slots(request, num_new_tokens, hit_blocks) is None:
                 break  # 新请求不抢占别人：等下一步
             self.waiting.popleft()

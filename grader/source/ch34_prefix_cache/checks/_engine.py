@@ -222,7 +222,7 @@ def _state(manager, sched, made, scheduled, out):
         [r.request_id for r in sched.waiting],
         {rid: manager.get_block_ids(rid) for rid in sorted(manager.req_to_blocks)},
         list(pool.free_block_queue),
-        sorted(b.block_id for b in pool.cached_block_hash_to_block.values()),
+        sorted(b.block_id for b in pool.cached_block_hash_to_block.cached_blocks()),
         [(rid, r.num_computed_tokens, list(r.output_token_ids)) for rid, r in made.items()],
     )
 

@@ -78,7 +78,7 @@ def check_todo20_not_enough(ns):
     with _Isolated(ns, 20):
         pool = _pool_with_cached(ns, 4, [1], [1, 0, 2, 3])
         taken = _call("get_new_blocks(3)", pool.get_new_blocks, 3)
-        before = (list(pool.free_block_queue), [b.ref_cnt for b in pool.blocks], dict(pool.cached_block_hash_to_block))
+        before = (list(pool.free_block_queue), [b.ref_cnt for b in pool.blocks], sorted(b.block_id for b in pool.cached_block_hash_to_block.cached_blocks()))
         try:
             pool.get_new_blocks(2)
         except ValueError:
@@ -87,7 +87,7 @@ def check_todo20_not_enough(ns):
             raise AssertionError(f"TODO 20: 只剩 1 个空闲块时 get_new_blocks(2) 应抛 ValueError，得到 {type(error).__name__}: {error}") from None
         else:
             raise AssertionError("TODO 20: 只剩 1 个空闲块时 get_new_blocks(2) 应抛 ValueError，却没有抛")
-        after = (list(pool.free_block_queue), [b.ref_cnt for b in pool.blocks], dict(pool.cached_block_hash_to_block))
+        after = (list(pool.free_block_queue), [b.ref_cnt for b in pool.blocks], sorted(b.block_id for b in pool.cached_block_hash_to_block.cached_blocks()))
         assert after == before, f"TODO 20: 抛 ValueError 之前不应改任何状态：之前 {before[:2]}，之后 {after[:2]}"
         none = _call("get_new_blocks(0)", pool.get_new_blocks, 0)
         assert none == [] and [b.block_id for b in taken] == [1, 0, 2], (
