@@ -126,7 +126,8 @@ def test_grades_csv_columns_are_totals_parts_todos_cells_then_reason(batch):
         + [g for g, _ in columns]
         + ["reason", "repairs"]
     )
-    assert [part.key for part in PARTS] == ["core", "kv", "block", "sched"] and todos == ALL_TODOS
+    assert [part.key for part in PARTS] == ["core", "kv", "block", "sched", "engine"]
+    assert todos == ALL_TODOS
 
 
 def test_subtotals_equal_the_sum_of_their_cells_and_score_leaves_the_challenge_out(batch):
