@@ -73,6 +73,8 @@ def main(argv=None) -> int:
         from .intake.inventory import discover  # once the zygote has started: see the imports
 
         with discover(args.submissions, roster=args.roster, pattern=args.name_pattern) as intake:
+            if args.shard:  # the whole export read, then this shard's part kept (cluster/shard.py)
+                intake = shard_part(intake, args)
             if args.intake_only:
                 return intake_only(intake, args)
             return grade_intake(intake, args, limits, sandbox, zygote)
@@ -154,7 +156,22 @@ def parser() -> argparse.ArgumentParser:
         help="let a status that is no grade (timeout, wrong file...) replace a grade an "
         "earlier run wrote for the same student",
     )
+    parser.add_argument(
+        "--shard",
+        help="K/N: grade only shard K (0..N-1) of the class into REPORT, for `make merge` "
+        "(docs/cluster.md)",
+    )
     return parser
+
+
+def shard_part(intake, args):
+    """The part of `intake` that `--shard K/N` grades; its shard.json written when grading."""
+    from .cluster import shard
+
+    k, n = shard.parse(args.shard)
+    if not args.intake_only:
+        shard.write_manifest(args.report, intake, args, k, n)
+    return shard.part_of(intake, k, n)
 
 
 def intake_only(intake, args) -> int:
@@ -188,6 +205,10 @@ def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | N
         print(intake.not_graded(), file=sys.stderr)
     if intake.warnings():
         print(intake.warnings(), file=sys.stderr)
+    if not intake.submissions and args.shard:  # a small class: this shard has nobody
+        intake.write_csv(args.report / INTAKE)
+        print(f"shard {args.shard}: no student of this export falls to it; nothing to grade")
+        return 0
     if not intake.submissions:
         intake.write_csv(args.report / INTAKE)
         what = "could be tied to a known student" if intake.unknown() else "is a notebook"
