@@ -166,6 +166,7 @@ def test_four_shards_of_a_40_submission_moodle_export_equal_one_run(fresh_build,
     from bench.bench_grading import make_moodle_zip, make_submissions
 
     course = fresh_build / "build" / "grading-course"
+    (tmp_path / "subs").mkdir()
     paths = make_submissions(tmp_path / "subs", 40)
     export = make_moodle_zip(paths, tmp_path / "moodle.zip")
     roster = tmp_path / "roster.csv"

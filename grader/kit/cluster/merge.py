@@ -126,7 +126,9 @@ def gather(intake, manifests: dict, count: int) -> list:
         if missed:
             where = f"{folder}" if folder is not None else "no folder given"
             lacking.append(f"  shard {k}/{count} ({where}): {', '.join(missed)}")
-        outcomes += [shard.outcome_from(recorded[sid], folder) for sid in students if sid in recorded]
+        outcomes += [
+            shard.outcome_from(recorded[sid], folder) for sid in students if sid in recorded
+        ]
     if lacking:
         total = sum(line.count(",") + 1 for line in lacking)
         raise ShardsIncomplete(

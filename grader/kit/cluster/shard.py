@@ -69,7 +69,7 @@ def fingerprint(intake) -> str:
 def part_of(intake, k: int, n: int):
     """`intake` (an `Intake`) less everything that is not shard k's: its submissions, files not
     graded and roster rows. The scratch folder stays the whole intake's (closed with it)."""
-    from ..intake.roster import Roster  # the intake's own modules, imported as late as autograde does
+    from ..intake.roster import Roster  # imported late, as autograde imports the intake
 
     def mine(key: str) -> bool:
         return shard_of(key, n) == k
@@ -119,8 +119,8 @@ def record_outcomes(report_dir: Path, outcomes) -> None:
     the shard's nbgrader course (the working copy it came from is gone)."""
     if read_manifest(report_dir) is None:
         return
-    from ..report.gradebook import course_dir  # the writer's own module: imported by then
     from .. import paths
+    from ..report.gradebook import course_dir  # the writer's own module: imported by then
 
     kept = read_outcomes(report_dir)
     for outcome in outcomes:
