@@ -5,6 +5,7 @@ grading it then merging again completes the report."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -114,23 +115,49 @@ def assert_same_report(single: Path, merged: Path) -> None:
     assert gradebook_scores(merged)
 
 
+def as_a_pod_runs(manifest: str, env: dict, index: int | None = None):
+    """The command of deploy/k8s/`manifest`'s container run here as its pod would run it: the
+    manifest's environment, JOB_COMPLETION_INDEX set for an Indexed Job, the image's /kit
+    being this checkout; `env` overrides (the data folder, the shard count, the course)."""
+    import yaml
+
+    job = yaml.safe_load((REPO_ROOT / "deploy" / "k8s" / manifest).read_text(encoding="utf-8"))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    command = [part.replace("/kit/", f"{REPO_ROOT}/") for part in container["command"]]
+    pod_env = {item["name"]: item["value"] for item in container.get("env", [])}
+    if index is not None:
+        pod_env["JOB_COMPLETION_INDEX"] = str(index)
+    return subprocess.run(
+        command + container.get("args", []),
+        env={**os.environ, **pod_env, **env, "PYTHON": sys.executable},
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def examples_sharded(fresh_build, tmp_path_factory):
-    """The bundled examples graded in one run and in two shards at the same time."""
+    """The bundled examples graded in one run and in two shards: shard 0 by the command line,
+    a merge tried before shard 1 has run, shard 1 and the merge by the commands of the
+    Kubernetes Jobs (deploy/k8s/), as their pods run them."""
     root = tmp_path_factory.mktemp("sharded-examples")
     course = fresh_build / "build" / "grading-course"
-    export = root / "examples"
+    export = root / "export"
     subprocess.run(
         [sys.executable, "-m", "grader.kit.authoring.examples", str(export)],
         cwd=REPO_ROOT, check=True, capture_output=True,
     )  # fmt: skip
+    shards = [root / "shards" / f"shard-{k}" for k in (0, 1)]
+    pod = {"CH34_DATA": str(root), "SHARDS": "2", "JOBS": "1", "CH34_COURSE": str(course)}
     with ThreadPoolExecutor(1) as pool:  # the single run beside the shards, one core each
         single = pool.submit(autograde, export, root / "single", course, 1)
-        first = autograde(export, root / "shard0", course, 1, ["--shard", "0/2"])[0]
-        lacking = merge(root / "merged", root / "shard0", root / "shard1", course=course)
-        second = autograde(export, root / "shard1", course, 1, ["--shard", "1/2"])[0]
+        first = autograde(export, shards[0], course, 1, ["--shard", "0/2"])[0]
+        lacking = merge(root / "report", *shards, course=course)
+        lacking.wrote = sorted(p.name for p in (root / "report").glob("*"))
+        second = as_a_pod_runs("grade-shards.yaml", pod, index=1)
+        merged = as_a_pod_runs("merge.yaml", pod)
         single = single.result()[0]
-    return {"root": root, "lacking": lacking, "runs": (single, first, second), "export": export}
+    return {"root": root, "lacking": lacking, "runs": (single, first, second, merged),
+            "export": export, "shards": shards}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -143,7 +170,7 @@ def test_a_merge_without_a_shard_names_its_students_and_writes_nothing(examples_
     for student_id in absent:
         assert student_id in lacking.stderr
     assert "shard 1/2" in lacking.stderr
-    assert not (examples_sharded["root"] / "merged" / "grades.csv").exists()
+    assert lacking.wrote == [], "the merge wrote nothing while a shard lacked"
 
 
 @pytest.mark.slow
@@ -151,11 +178,12 @@ def test_two_shards_merged_equal_one_run_on_the_bundled_examples(examples_sharde
     root = examples_sharded["root"]
     for run in examples_sharded["runs"]:
         assert run.returncode == 0, run.stderr[-3000:]
-    done = merge(root / "merged", root / "shard0", root / "shard1")
-    assert done.returncode == 0, done.stderr[-3000:]
-    graded = [json.loads((root / f"shard{k}" / shard.OUTCOMES).read_text()) for k in (0, 1)]
+    graded = [
+        json.loads((folder / shard.OUTCOMES).read_text()) for folder in examples_sharded["shards"]
+    ]
+    assert graded[0] and graded[1], "each shard graded somebody"
     assert not set(graded[0]) & set(graded[1]), "nobody graded twice"
-    assert_same_report(root / "single", root / "merged")
+    assert_same_report(root / "single", root / "report")
 
 
 @pytest.mark.slow
