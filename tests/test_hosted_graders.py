@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -17,10 +18,12 @@ import pytest
 
 from grader.kit.authoring.examples import PARTLY_WRONG_EDITS, filled_submission
 from grader.kit.cluster import gradescope
-from grader.kit.paths import NOTEBOOK_NAME
+from grader.kit.paths import NOTEBOOK_NAME, course_source_notebook
 from grader.kit.report.scores import grade_columns
 from tests.conftest import REPO_ROOT, read_nb
 
+GRADESCOPE_RESULTS = "autograder/results/results.json"
+PRAIRIELEARN_RESULTS = "grade/results/results.json"
 TEST_NAME = {"type": "string", "minLength": 1}
 NUMBER = {"type": "number"}
 
@@ -129,53 +132,53 @@ def hosted_runs(fresh_build, tmp_path_factory):
     return {"roots": roots, "runs": runs, "release": release, "course": course}
 
 
-def hidden_code(release) -> list[str]:
-    """A line of each grade cell's code that a learner must never see in the results."""
-    lines = []
-    for cell in release.cells:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
-            body = [line for line in cell.source.splitlines() if "assert" in line]
-            lines += body[:1]
-    return lines
+def hidden_code(course) -> list[str]:
+    """The lines of the hidden checks (the source notebook's BEGIN/END HIDDEN TESTS blocks) that
+    a learner must never see in the results."""
+    source = read_nb(course_source_notebook(course))
+    hidden = re.findall(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", "\n".join(
+        cell.source for cell in source.cells if cell.cell_type == "code"), re.S)  # fmt: skip
+    lines = [line.strip() for block in hidden for line in block.splitlines()]
+    return [line for line in lines if len(line) > 20]
+
+
+def results_of(hosted_runs, grader: str, path: str, schema: dict) -> dict:
+    """The unit's results.json in `grader`'s layout, checked against `schema`."""
+    run = hosted_runs["runs"][grader]
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((hosted_runs["roots"][grader] / path).read_text(encoding="utf-8"))
+    jsonschema.validate(results, schema)
+    return results
 
 
 @pytest.mark.slow
 def test_gradescope_results_validate_and_hold_one_test_per_check(hosted_runs):
-    run = hosted_runs["runs"]["gradescope"]
-    assert run.returncode == 0, run.stderr[-3000:]
-    path = hosted_runs["roots"]["gradescope"] / "autograder" / "results" / "results.json"
-    results = json.loads(path.read_text(encoding="utf-8"))
-    jsonschema.validate(results, GRADESCOPE_SCHEMA)
+    results = results_of(hosted_runs, "gradescope", GRADESCOPE_RESULTS, GRADESCOPE_SCHEMA)
     columns = grade_columns(hosted_runs["release"])
     assert len(results["tests"]) == len(columns)
     failed = [t for t in results["tests"] if t["status"] == "failed"]
     assert failed and all(t["output"] and t["output"] != "通过 / passed" for t in failed)
     assert any(t["name"].startswith("TODO 2 ·") for t in failed), "the tail chunk slip (TODO 2)"
     assert 0 < results["score"] < sum(t["max_score"] for t in results["tests"])
-    text = path.read_text(encoding="utf-8")
-    assert not [line for line in hidden_code(hosted_runs["release"]) if line.strip() in text]
+    text = json.dumps(results, ensure_ascii=False)
+    hidden = hidden_code(hosted_runs["course"])
+    assert hidden and not [line for line in hidden if line in text]
 
 
 @pytest.mark.slow
 def test_prairielearn_results_validate_with_a_score_in_0_1(hosted_runs):
-    run = hosted_runs["runs"]["prairielearn"]
-    assert run.returncode == 0, run.stderr[-3000:]
-    path = hosted_runs["roots"]["prairielearn"] / "grade" / "results" / "results.json"
-    results = json.loads(path.read_text(encoding="utf-8"))
-    jsonschema.validate(results, PRAIRIELEARN_SCHEMA)
+    results = results_of(hosted_runs, "prairielearn", PRAIRIELEARN_RESULTS, PRAIRIELEARN_SCHEMA)
     assert results["gradable"] is True and 0 < results["score"] < 1
-    gs = json.loads(
-        (hosted_runs["roots"]["gradescope"] / "autograder/results/results.json").read_text()
-    )
-    assert [t["points"] for t in results["tests"]] == [t["score"] for t in gs["tests"]]
-    assert [t["message"] for t in results["tests"]] == [t["output"] for t in gs["tests"]]
+    gradescope = results_of(hosted_runs, "gradescope", GRADESCOPE_RESULTS, GRADESCOPE_SCHEMA)
+    assert [t["points"] for t in results["tests"]] == [t["score"] for t in gradescope["tests"]]
+    assert [t["message"] for t in results["tests"]] == [t["output"] for t in gradescope["tests"]]
 
 
 def test_a_grader_fault_is_not_the_learners_and_carries_no_score(tmp_path):
     """No grading course where the unit looks for it: the grader's fault, in both formats."""
     for folder, results_path, schema in (
-        ("autograder/submission", "autograder/results/results.json", GRADESCOPE_SCHEMA),
-        ("grade/student", "grade/results/results.json", PRAIRIELEARN_SCHEMA),
+        ("autograder/submission", GRADESCOPE_RESULTS, GRADESCOPE_SCHEMA),
+        ("grade/student", PRAIRIELEARN_RESULTS, PRAIRIELEARN_SCHEMA),
     ):
         root = tmp_path / folder.split("/")[0]
         (root / folder).mkdir(parents=True)

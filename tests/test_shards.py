@@ -63,6 +63,19 @@ def test_every_file_and_every_roster_student_falls_to_exactly_one_shard(tmp_path
         assert all(shard.shard_of(i, 3) == shard.shard_of(i, 3) for i in ids)
 
 
+def test_a_recorded_outcome_reads_back_whole_with_its_checks_in_order(tmp_path):
+    """The merge renders pages from the record: a check's place in it is its place on the page."""
+    from grader.kit.grading.outcome import Outcome
+
+    (tmp_path / shard.MANIFEST).write_text("{}", encoding="utf-8")
+    scores = {"test_todo4_types": (0.0, 3.0), "test_todo4_immutable": (0.0, 3.0), "a": (1.0, 1.0)}
+    outcome = Outcome("s1", "graded", "why", scores, ["a repair"], 1.5, "", True, "s1.ipynb",
+                      ["old.ipynb"], "the newest", ["TODO 3 hung"])  # fmt: skip
+    shard.record_outcomes(tmp_path, [outcome])
+    back = shard.outcome_from(shard.read_outcomes(tmp_path)["s1"], tmp_path)
+    assert back == outcome and list(back.scores) == list(scores)
+
+
 def run_shards(export: Path, root: Path, course: Path, count: int, extra=()):
     """Every shard of `count` graded at once (one job each), as the processes of a cluster."""
 
