@@ -4,6 +4,7 @@ grading it then merging again completes the report."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -96,6 +97,15 @@ def notebook_without_timings(path: Path) -> dict:
     return notebook
 
 
+def worksheet_without_timings(path: Path) -> list:
+    """Moodle's grading worksheet less its "Last modified (grade)" column: the time it was written."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        rows = list(csv.reader(handle))
+    keep = [i for i, name in enumerate(rows[0]) if name != "Last modified (grade)"]
+    assert len(keep) == len(rows[0]) - 1, rows[0]
+    return [[row[i] for i in keep] for row in rows]
+
+
 def gradebook_scores(report: Path) -> dict:
     """{student: {grade cell: (auto, manual, needs manual)}} of REPORT/nbgrader's gradebook."""
     from nbgrader.api import Gradebook
@@ -113,8 +123,8 @@ def gradebook_scores(report: Path) -> dict:
 
 
 def assert_same_report(single: Path, merged: Path) -> None:
-    """Every file byte for byte, but autograded notebooks (less timings) and the gradebook
-    (by its scores)."""
+    """Every file byte for byte, but autograded notebooks and Moodle's worksheet (less their
+    timings) and the gradebook (by its scores)."""
     files = sorted(p.relative_to(single) for p in single.rglob("*") if p.is_file())
     merged_files = sorted(p.relative_to(merged) for p in merged.rglob("*") if p.is_file())
     assert files == merged_files
@@ -122,6 +132,8 @@ def assert_same_report(single: Path, merged: Path) -> None:
         a, b = single / relative, merged / relative
         if relative.suffix == ".ipynb" and "autograded" in relative.parts:
             assert notebook_without_timings(a) == notebook_without_timings(b), relative
+        elif relative.name == "moodle-grading-worksheet.csv":
+            assert worksheet_without_timings(a) == worksheet_without_timings(b)
         elif relative.name != "gradebook.db":
             assert a.read_bytes() == b.read_bytes(), relative
     assert gradebook_scores(single) == gradebook_scores(merged)
