@@ -174,6 +174,7 @@ def test_prairielearn_results_validate_with_a_score_in_0_1(hosted_runs):
     assert [t["message"] for t in results["tests"]] == [t["output"] for t in gradescope["tests"]]
 
 
+@pytest.mark.slow  # the kit's command line starts its sandbox and kernel probe first
 def test_a_grader_fault_is_not_the_learners_and_carries_no_score(tmp_path):
     """No grading course where the unit looks for it: the grader's fault, in both formats."""
     for folder, results_path, schema in (
