@@ -19,7 +19,8 @@ becomes a row with its status, never a crash and never a stale grade.
 Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submission.
 With --intake-only (`make intake`) it prints who would be graded, under which id, from which
 file and why, writes REPORT/intake.csv and grades nothing; exit status 4 when no file could be
-tied to a known student. A grading run prints the same table first.
+tied to a known student. A grading run prints the same table first. With --shard K/N it grades only shard K of the class
+into REPORT, for `cluster/merge.py` (`cluster/shard.py`, docs/cluster.md).
 
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
 not in this batch; REPORT/overrides.csv applied), REPORT/feedback/<student_id>.html (hidden
