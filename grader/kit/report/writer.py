@@ -13,8 +13,8 @@ import nbformat
 
 from .. import paths
 from ..authoring.checkcells import check_titles
-from ..grading.outcome import Outcome
 from ..cluster import shard
+from ..grading.outcome import Outcome
 from . import feedback, gradebook, grades, lms, summary
 
 # The statuses whose row holds a grade the kit computed (flagged: one the instructor must
