@@ -19,7 +19,7 @@ LIMIT_FLAGS := $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT)) \
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export screenshots notebooks solutions examples intake autograde test test-fast test-heavy bench compat engine-diff lint clean distclean
+.PHONY: all setup sandbox export-tools export screenshots notebooks solutions examples intake autograde merge gradescope test test-fast test-heavy bench compat engine-diff lint clean distclean
 
 all: notebooks solutions examples
 
@@ -87,9 +87,20 @@ intake: $(STAMP)
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 autograde: $(STAMP) sandbox build/grading-course/gradebook.db
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>] [LMS=auto|all|canvas|moodle|none] [CELL_TIMEOUT=<s>] [NOTEBOOK_TIMEOUT=<s>] [MEMORY_GB=<GiB>]" >&2; exit 2; }
-	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) --lms "$(LMS)" $(LIMIT_FLAGS) \
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>] [LMS=auto|all|canvas|moodle|none] [CELL_TIMEOUT=<s>] [NOTEBOOK_TIMEOUT=<s>] [MEMORY_GB=<GiB>] [SHARD=K/N]" >&2; exit 2; }
+	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) --lms "$(LMS)" $(LIMIT_FLAGS) $(if $(SHARD),--shard $(SHARD)) \
 	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
+
+# The reports of `make autograde SHARD=K/N` (one a shard, e.g. on a cluster: deploy/, docs/cluster.md)
+# merged into the one report a single run writes. Exits 5 naming the students of a missing shard.
+merge: $(STAMP)
+	@test -n "$(REPORT)" -a -n "$(SHARDS)" || { echo 'usage: make merge REPORT=<folder> SHARDS="<shard folders>"' >&2; exit 2; }
+	$(PY) -m grader.kit.cluster.merge --report "$(REPORT)" $(SHARDS)
+
+# Gradescope's autograder (build/gradescope/autograder.zip): setup.sh and run_autograder, which
+# grades the one submitted notebook with this kit (grader/kit/cluster/hosted.py; docs/cluster.md).
+gradescope: $(STAMP) build/grading-course/gradebook.db
+	$(PY) -m grader.kit.cluster.gradescope
 
 # One pytest worker a core (pytest-xdist). A test module runs whole on one worker (`--dist
 # loadfile`): its module fixtures are made once, and its checks for leftover processes see only

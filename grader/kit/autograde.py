@@ -19,7 +19,8 @@ becomes a row with its status, never a crash and never a stale grade.
 Set CH34_GRADING_PHASES=1 to print how long nbgrader itself took for each submission.
 With --intake-only (`make intake`) it prints who would be graded, under which id, from which
 file and why, writes REPORT/intake.csv and grades nothing; exit status 4 when no file could be
-tied to a known student. A grading run prints the same table first.
+tied to a known student. A grading run prints the same table first. With --shard K/N it grades only shard K of the class
+into REPORT, for `cluster/merge.py` (`cluster/shard.py`, docs/cluster.md).
 
 Writes REPORT/grades.csv (one row per student, merged with rows already there for students
 not in this batch; REPORT/overrides.csv applied), REPORT/feedback/<student_id>.html (hidden
@@ -73,6 +74,8 @@ def main(argv=None) -> int:
         from .intake.inventory import discover  # once the zygote has started: see the imports
 
         with discover(args.submissions, roster=args.roster, pattern=args.name_pattern) as intake:
+            if args.shard:  # the whole export read, then this shard's part kept (cluster/shard.py)
+                intake = shard_part(intake, args)
             if args.intake_only:
                 return intake_only(intake, args)
             return grade_intake(intake, args, limits, sandbox, zygote)
@@ -154,7 +157,22 @@ def parser() -> argparse.ArgumentParser:
         help="let a status that is no grade (timeout, wrong file...) replace a grade an "
         "earlier run wrote for the same student",
     )
+    parser.add_argument(
+        "--shard",
+        help="K/N: grade only shard K (0..N-1) of the class into REPORT, for `make merge` "
+        "(docs/cluster.md)",
+    )
     return parser
+
+
+def shard_part(intake, args):
+    """The part of `intake` that `--shard K/N` grades; its shard.json written when grading."""
+    from .cluster import shard
+
+    k, n = shard.parse(args.shard)
+    if not args.intake_only:
+        shard.write_manifest(args.report, intake, args, k, n)
+    return shard.part_of(intake, k, n)
 
 
 def intake_only(intake, args) -> int:
@@ -188,6 +206,10 @@ def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | N
         print(intake.not_graded(), file=sys.stderr)
     if intake.warnings():
         print(intake.warnings(), file=sys.stderr)
+    if not intake.submissions and args.shard:  # a small class: this shard has nobody
+        intake.write_csv(args.report / INTAKE)
+        print(f"shard {args.shard}: no student of this export falls to it; nothing to grade")
+        return 0
     if not intake.submissions:
         intake.write_csv(args.report / INTAKE)
         what = "could be tied to a known student" if intake.unknown() else "is a notebook"

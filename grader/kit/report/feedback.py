@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+import nbformat
+
 from ..authoring.checkcells import check_label, check_titles
 from ..authoring.nbsource import PARTS, nbgrader_meta, part_of, strip_hidden_tests, todo_number
 from ..faults.causes import cause_by_todo, definition_errors
@@ -481,8 +483,26 @@ def code_cell(cell, scores: dict, final: dict | None = None) -> str:
             f"<p class={css}><b>{esc(grade_id)}</b>：{shown(value, score)} / {points:g}"
             f"{beside(value, score)}</p>"
         )
-    outputs = "".join(output_html(output, is_grade) for output in cell.get("outputs", []))
+    outputs = "".join(output_html(o, is_grade) for o in joined_streams(cell.get("outputs", [])))
     return f'<div class="cell {css}">{verdict_line}<pre>{esc(source)}</pre>{outputs}</div>'
+
+
+def joined_streams(outputs) -> list:
+    """`outputs` with each run of stream outputs of one stream made one: how the kernel split
+    a text into messages depends on timing, and the page must not (as Jupyter shows it)."""
+    joined = []
+    for output in outputs:
+        last = joined[-1] if joined else None
+        if (
+            output.output_type == "stream"
+            and last is not None
+            and last.output_type == "stream"
+            and last.name == output.name
+        ):
+            joined[-1] = nbformat.from_dict({**last, "text": last.text + output.text})
+        else:
+            joined.append(output)
+    return joined
 
 
 def output_html(output, is_grade: bool) -> str:

@@ -13,6 +13,7 @@ import nbformat
 
 from .. import paths
 from ..authoring.checkcells import check_titles
+from ..cluster import shard
 from ..grading.outcome import Outcome
 from . import feedback, gradebook, grades, lms, summary
 
@@ -94,6 +95,7 @@ class ReportWriter:
         )  # fmt: skip
         gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
         self.write_views(outcomes, rows, progress, gone)
+        shard.record_outcomes(self.folder, outcomes)  # a shard's report only (cluster/shard.py)
 
     def with_files(self, outcomes) -> set:
         """Ids of students this run has a file to grade for: those graded now, and those an
