@@ -1,6 +1,7 @@
 """Benchmark: the kit's autograder against plain sequential `nbgrader autograde`, on the same files.
 
     .venv/bin/python bench/bench_grading.py [--count 40] [--jobs N] [--rounds 3] [--moodle-zip]
+                                            [--methods kit,plain,floor] [--before CHECKOUT]
 
 Makes COUNT submissions (a third correct, a third with one catalogued mistake, a third
 untouched), then, in one run on this machine:
@@ -13,6 +14,10 @@ untouched), then, in one run on this machine:
 With --moodle-zip the kit is handed the same notebooks as one Moodle export (a zip of
 `Student N_<id>_assignsubmission_file_/ch34_prefix_cache.ipynb` folders), as an instructor
 downloads it: reading and extracting the zip counts in the kit's time.
+With --before CHECKOUT (another checkout of this kit, `make notebooks` run there) a fourth
+method, `before`, runs that checkout's kit the same way as `kit`, with its own grading course:
+the single-machine path before a change against after it, in the same run, on the same files.
+--methods picks which of kit, plain and floor run (kit and before alone: `--methods kit`).
 Both graders use the same grading course (build/grading-course). Each round runs the three
 once, on the same files, starting one method later than the round before (two shared cores
 were measured to drift by 15% within minutes); the report gives the medians and every round's
@@ -85,9 +90,11 @@ def timed(command: list[str], cwd: Path) -> tuple[float, str]:
     return elapsed, run.stderr
 
 
-def run_kit(submissions: Path, work: Path, jobs: int) -> tuple[float, str]:
-    """Wall seconds of the kit's batch, and the sandbox its start line names: a class is graded
-    on the zygote path (`namespaces`), so a figure taken on another path says so."""
+def run_kit(
+    submissions: Path, work: Path, jobs: int, checkout: Path = REPO_ROOT
+) -> tuple[float, str]:
+    """Wall seconds of the batch of `checkout`'s kit, and the sandbox its start line names: a
+    class is graded on the zygote path (`namespaces`), so a figure taken on another path says so."""
     seconds, said = timed(
         [
             sys.executable,
@@ -95,11 +102,11 @@ def run_kit(submissions: Path, work: Path, jobs: int) -> tuple[float, str]:
             "grader.kit.autograde",
             str(submissions),
             "--report",
-            str(work / "kit-report"),
+            str(work / f"kit-report-{checkout.name}"),
             "--jobs",
             str(jobs),
         ],
-        REPO_ROOT,
+        checkout,
     )
     sandbox = re.search(r"sandbox: ([^,(]+)", said)
     return seconds, sandbox.group(1).strip() if sandbox else "not said"
@@ -156,18 +163,19 @@ def run_floor(paths: list[Path], work: Path) -> float:
 
 
 def one_round(
-    number: int, paths: list[Path], work: Path, jobs: int, kit_input: Path, sandboxes: set[str]
-) -> dict[str, float]:
+    number: int, methods: list[str], paths: list[Path], work: Path, args, kit_input: Path,
+    sandboxes: set[str],
+) -> dict[str, float]:  # fmt: skip
     """Wall seconds of every method on the same files; each round starts one method later, so
     a machine that slows down (shared cores do) does not weigh on one method only."""
-    methods = ["kit", "plain", "floor"]
-    methods = methods[number % 3 :] + methods[: number % 3]
+    methods = methods[number % len(methods) :] + methods[: number % len(methods)]
     here = work / f"round-{number}"
     here.mkdir()
     seconds = {}
     for method in methods:
-        if method == "kit":
-            seconds["kit"], sandbox = run_kit(kit_input, here, jobs)
+        if method in ("kit", "before"):
+            checkout = REPO_ROOT if method == "kit" else args.before
+            seconds[method], sandbox = run_kit(kit_input, here, args.jobs, checkout)
             sandboxes.add(sandbox)
         elif method == "plain":
             seconds["plain"], seconds["feedback"] = run_plain(paths, here)
@@ -177,11 +185,16 @@ def one_round(
 
 
 def ratios(seconds: dict[str, float], cores: int) -> dict[str, float]:
-    return {
-        "speedup": seconds["plain"] / seconds["kit"],
-        "same_outputs": (seconds["plain"] + seconds["feedback"]) / seconds["kit"],
-        "over_floor": seconds["kit"] / (seconds["floor"] / cores),
-    }
+    """The round's ratios, of the methods it ran."""
+    found = {}
+    if "plain" in seconds:
+        found["speedup"] = seconds["plain"] / seconds["kit"]
+        found["same_outputs"] = (seconds["plain"] + seconds["feedback"]) / seconds["kit"]
+    if "floor" in seconds:
+        found["over_floor"] = seconds["kit"] / (seconds["floor"] / cores)
+    if "before" in seconds:
+        found["after_over_before"] = seconds["kit"] / seconds["before"]
+    return found
 
 
 def main() -> int:
@@ -196,9 +209,25 @@ def main() -> int:
         action="store_true",
         help="hand the kit the submissions as one Moodle export zip instead of a folder",
     )
+    parser.add_argument(
+        "--methods", default="kit,plain,floor", help="which of kit, plain and floor run (kit always)"
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="another checkout of the kit: its kit runs too, as `before` (its build/ made)",
+    )
     args = parser.parse_args()
-    if not (REPO_ROOT / GRADING_COURSE / "gradebook.db").exists():
-        raise SystemExit("run `make notebooks` first")
+    methods = ["kit"] + [m for m in ("plain", "floor") if m in args.methods.split(",")]
+    unknown = set(args.methods.split(",")) - {"kit", "plain", "floor"}
+    if unknown:
+        raise SystemExit(f"--methods: {', '.join(sorted(unknown))}? Pick from kit, plain, floor.")
+    for checkout in (REPO_ROOT, args.before):
+        if checkout and not (checkout / GRADING_COURSE / "gradebook.db").exists():
+            raise SystemExit(f"no grading course in {checkout}: run `make notebooks` there first")
+    if args.before:
+        args.before = args.before.resolve()
+        methods.insert(1, "before")
     n, cores = args.count, os.cpu_count() or 1
     work = kernel_tempdir("ch34-bench-")  # the floor runs execute() with this as its folder
     try:
@@ -209,7 +238,7 @@ def main() -> int:
         )
         rounds, sandboxes, load_before = [], set(), os.getloadavg()[0]
         for number in range(args.rounds):
-            rounds.append(one_round(number, paths, work, args.jobs, kit_input, sandboxes))
+            rounds.append(one_round(number, methods, paths, work, args, kit_input, sandboxes))
             print(f"round {number + 1}/{args.rounds}: {rounds[-1]}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -244,34 +273,65 @@ def main() -> int:
     )
     print("| what | wall time (s) | s / submission |")
     print("|---|---:|---:|")
-    rows = [
-        (
-            f"kit{' from a Moodle zip' if args.moodle_zip else ''}: normalise + sandbox + "
-            f"{args.jobs} jobs, grades and feedback",
-            seconds["kit"],
-        ),
-        ("plain `nbgrader autograde`, sequential, grades only", seconds["plain"]),
-        ("plain `nbgrader generate_feedback` afterwards", seconds["feedback"]),
-        ("floor: execute each notebook in a fresh kernel, sequential", seconds["floor"]),
-        (f"floor / {cores} cores", seconds["floor"] / cores),
+    source = " from a Moodle zip" if args.moodle_zip else ""
+    rows = [(f"kit{source}: normalise + sandbox + {args.jobs} jobs, grades and feedback", "kit")]
+    if args.before:
+        rows.append((f"the same, by the kit of {args.before} ({commit_of(args.before)})", "before"))
+    rows += [
+        ("plain `nbgrader autograde`, sequential, grades only", "plain"),
+        ("plain `nbgrader generate_feedback` afterwards", "feedback"),
+        ("floor: execute each notebook in a fresh kernel, sequential", "floor"),
     ]
-    for what, value in rows:
-        print(f"| {what} | {value:.1f} | {value / n:.2f} |")
+    for what, key in rows:
+        if key in seconds:
+            print(f"| {what} | {seconds[key]:.1f} | {seconds[key] / n:.2f} |")
+    if "floor" in seconds:
+        print(f"| floor / {cores} cores | {seconds['floor'] / cores:.1f} | "
+              f"{seconds['floor'] / cores / n:.2f} |")  # fmt: skip
     print()
-    print(
-        f"- kit vs plain autograde: **{ratio['speedup']:.2f}×** faster (rounds: "
-        f"{listed('speedup')}; goal ≥ {SPEEDUP_GOAL:g}×: "
-        f"{'met' if ratio['speedup'] >= SPEEDUP_GOAL else 'MISSED'})"
-    )
-    print(
-        "- kit vs plain autograde + feedback (the same outputs): "
-        f"**{ratio['same_outputs']:.2f}×** (rounds: {listed('same_outputs')})"
-    )
-    print(
-        f"- kit vs floor / cores: **{ratio['over_floor']:.2f}×** (rounds: {listed('over_floor')}; "
-        f"goal ≤ 1.3×: {'met' if ratio['over_floor'] <= 1.3 else 'MISSED'})"
-    )
+    if "speedup" in ratio:
+        print(
+            f"- kit vs plain autograde: **{ratio['speedup']:.2f}×** faster (rounds: "
+            f"{listed('speedup')}; goal ≥ {SPEEDUP_GOAL:g}×: "
+            f"{'met' if ratio['speedup'] >= SPEEDUP_GOAL else 'MISSED'})"
+        )
+        print(
+            "- kit vs plain autograde + feedback (the same outputs): "
+            f"**{ratio['same_outputs']:.2f}×** (rounds: {listed('same_outputs')})"
+        )
+    if "over_floor" in ratio:
+        print(
+            f"- kit vs floor / cores: **{ratio['over_floor']:.2f}×** (rounds: "
+            f"{listed('over_floor')}; goal ≤ 1.3×: {'met' if ratio['over_floor'] <= 1.3 else 'MISSED'})"
+        )
+    if "after_over_before" in ratio:
+        print(f"- this kit's time over the `before` kit's: **{ratio['after_over_before']:.3f}×** "
+              f"(rounds: {listed('after_over_before')}; {before_verdict(per_round)})")  # fmt: skip
     return 0
+
+
+def commit_of(checkout: Path) -> str:
+    run = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)  # fmt: skip
+    return run.stdout.strip() or "not a git checkout"
+
+
+# Within this much of 1.0 either way, after against before is "the same" (two shared cores were
+# measured to drift by 15 % within minutes; each round's two kits run back to back).
+SAME_WITHIN = 0.05
+
+
+def before_verdict(per_round: list[dict]) -> str:
+    """Slower or faster only when every round says so beyond SAME_WITHIN; the same when every
+    round is within it; otherwise too noisy to conclude."""
+    found = [r["after_over_before"] for r in per_round]
+    if all(x > 1 + SAME_WITHIN for x in found):
+        return "SLOWER in every round"
+    if all(x < 1 - SAME_WITHIN for x in found):
+        return "faster in every round"
+    if all(abs(x - 1) <= SAME_WITHIN for x in found):
+        return f"the same within {SAME_WITHIN:.0%} in every round"
+    return "too noisy to conclude"
 
 
 if __name__ == "__main__":

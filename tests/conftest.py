@@ -1,4 +1,4 @@
-"""Shared fixtures: one fresh build of the kit and one graded batch per test session."""
+"""Shared fixtures: one fresh build of the kit and one graded batch per test run."""
 
 import csv
 import importlib
@@ -31,9 +31,10 @@ from grader.kit.authoring.nbsource import (  # noqa: E402
     strip_solution_markers,
 )
 from tests import fixtures  # noqa: E402
-from tests.fixtures.faults_hang import CHEAP_PAIR as HANG_PAIR  # noqa: E402
+from tests.fixtures import faults_crash  # noqa: E402
 
-HANG_PAIR_NAME = "hang-pair"  # graded_batch's submission with two faults that hang
+# graded_batch's submission whose kernel dies: a segfault at the top of TODO 10's answer.
+BATCH_CRASH = next(f for f in faults_crash.FAULTS if f.name == "segfault-todo10")
 
 # Two tiers. `make test-fast` (`pytest -m "not slow"`) runs what needs no Jupyter kernel, no
 # nbgrader run and no browser: a maintainer's loop. `make test` runs everything. A test is slow
@@ -289,33 +290,90 @@ def mistake_packs(release, solutions):
     return pack_mistakes(all_mistakes(), release, solutions, todos_of_edit(solutions))
 
 
+# graded_batch's roster also lists these two, who submitted nothing (rows `missing`), and this
+# one, whose file is not a notebook.
+BATCH_ABSENT = ("absent-1", "absent-2")
+BATCH_BROKEN = "broken-json"
+
+
+def batch_submissions(release, solutions, packs) -> dict:
+    """{student id: notebook, or the text of a file that is none} of graded_batch, in the order
+    the export lists them."""
+    submissions = {
+        "reference-solution": filled_submission(release, solutions),
+        "untouched-release": release,
+    }
+    for pack in packs:
+        submissions[pack.name] = filled_submission(release, solutions, pack.edits)
+    for todo in ALL_TODOS:
+        submissions[f"unfinished-todo{todo}"] = unfinished_submission(release, solutions, todo)
+    submissions[BATCH_CRASH.name] = faults_crash.submission(
+        release, solutions, BATCH_CRASH, todo_region_changed
+    )
+    # the reference once more, under a Chinese name and the learner's own file name
+    submissions["zhang-wei"] = filled_submission(release, solutions)
+    submissions[BATCH_BROKEN] = "{not json"  # a file no kernel opens (`invalid_json`)
+    return submissions
+
+
+def write_moodle_export(submissions: dict, folder: Path) -> tuple[Path, Path]:
+    """`submissions` as Moodle's "download all submissions" zip (a folder per participant:
+    `<full name>_<participant number>_assignsubmission_file_/<the learner's file>`) and a
+    roster naming each student with that number as `lms_user_id`, plus BATCH_ABSENT."""
+    import zipfile
+
+    archive, roster = folder / "moodle-ch34.zip", folder / "roster.csv"
+    students = [*submissions, *BATCH_ABSENT]
+    names = {"zhang-wei": "张伟"}
+    lines = ["student_id,name,lms_user_id"]
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zipped:
+        for n, student_id in enumerate(students):
+            name, number = names.get(student_id, f"Student {n:02d}"), 30100 + n
+            lines.append(f"{student_id},{name},{number}")
+            if student_id in submissions:
+                file = "第34章作业.ipynb" if student_id in names else NOTEBOOK_NAME
+                text = submissions[student_id]
+                text = text if isinstance(text, str) else nbformat.writes(text)
+                zipped.writestr(f"{name}_{number}_assignsubmission_file_/{file}", text)
+    roster.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return archive, roster
+
+
 @pytest.fixture(scope="session")
 def graded_batch(fresh_build, tmp_path_factory):
-    """Graded in one batch: the reference solution, the untouched release, every catalogued
-    mistake in a few packs (`pack-<n>`, `tests/fixtures/packing.py`), the reference with
-    each TODO in turn left unfinished (`unfinished-todo<N>`), and the reference with two TODOs
-    that never return (`hang-pair`, `tests/fixtures/faults_hang.py`)."""
+    """Graded in one batch, made once for the whole run (every worker reads the same report):
+    the reference solution, the untouched release, every catalogued mistake in a few packs
+    (`pack-<n>`, `tests/fixtures/packing.py`), the reference with each TODO in turn left
+    unfinished (`unfinished-todo<N>`), the reference with a segfault in TODO 10 (BATCH_CRASH,
+    `tests/fixtures/faults_crash.py`), the reference once more (`zhang-wei`) and a file that
+    is not JSON (BATCH_BROKEN): 40 submissions (39 notebooks and that file), as one Moodle
+    export with a roster that also lists BATCH_ABSENT. Two jobs (test_shards' shards: one)."""
+    import json
+
     release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
     solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
-    submissions = tmp_path_factory.mktemp("submissions")
-    nbformat.write(filled_submission(release, solutions), submissions / "reference-solution.ipynb")
-    nbformat.write(release, submissions / "untouched-release.ipynb")
     packs = mistake_packs(release, solutions)
-    for pack in packs:
-        nbformat.write(
-            filled_submission(release, solutions, pack.edits), submissions / f"{pack.name}.ipynb"
-        )
-    for todo in ALL_TODOS:
-        nbformat.write(
-            unfinished_submission(release, solutions, todo),
-            submissions / f"unfinished-todo{todo}.ipynb",
-        )
-    hang_edits = [edit for fault in HANG_PAIR for edit in fault.edits]
-    nbformat.write(
-        filled_submission(release, solutions, hang_edits), submissions / f"{HANG_PAIR_NAME}.ipynb"
-    )
-    report = tmp_path_factory.mktemp("report")
-    run, rows = autograde(submissions, report, fresh_build / "build" / "grading-course")
+
+    def grade(folder):
+        submissions = batch_submissions(release, solutions, packs)
+        export, roster = write_moodle_export(submissions, folder)
+        course = fresh_build / "build" / "grading-course"
+        run, _ = autograde(export, folder / "report", course, extra=["--roster", str(roster)])
+        kept = {"returncode": run.returncode, "stdout": run.stdout, "stderr": run.stderr}
+        (folder / "run.json").write_text(json.dumps(kept), encoding="utf-8")
+
+    folder = made_once(tmp_path_factory, "graded-batch", grade)
+    kept = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    run = subprocess.CompletedProcess("autograde", **kept)
     assert run.returncode == 0, run.stderr[-3000:]
+    report = folder / "report"
     pack_of = {m.name: pack for pack in packs for m in pack.mistakes}
-    return {"run": run, "rows": rows, "report": report, "release": release, "pack_of": pack_of}
+    return {
+        "run": run,
+        "rows": grades_csv_rows(report),
+        "report": report,
+        "release": release,
+        "pack_of": pack_of,
+        "export": folder / "moodle-ch34.zip",
+        "roster": folder / "roster.csv",
+    }

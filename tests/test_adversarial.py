@@ -160,7 +160,8 @@ def test_grading_without_bubblewrap_says_so_loudly(unsandboxed_batch):
 
 
 # What only the sandbox or its limits stop, graded again with every kernel started afresh in
-# bubblewrap: the path taken where the zygote cannot make its namespaces (`--no-zygote`).
+# bubblewrap: the path taken where the zygote cannot make its namespaces (`--no-zygote`). A
+# fallback path, each kernel importing torch itself: `make test-heavy`.
 SANDBOX_ATTACKS = (
     "reads-hidden-tests-past-the-scanner",
     "background-process-left-running",
@@ -170,6 +171,7 @@ SANDBOX_ATTACKS = (
 )
 
 
+@pytest.mark.heavy
 def test_the_sandbox_attacks_end_the_same_with_kernels_started_afresh_in_bubblewrap(
     fresh_build, tmp_path
 ):

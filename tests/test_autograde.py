@@ -12,8 +12,17 @@ import pytest
 from grader.kit.authoring.examples import filled_submission
 from grader.kit.authoring.nbsource import PARTS, REPO_ROOT, part_of, todo_number
 from grader.kit.report.grades import grade_columns
-from tests.conftest import ALL_TODOS, all_mistakes, autograde, read_nb
-from tests.fixtures.mistakes_core import MISTAKES as CORE
+from tests.conftest import (
+    ALL_TODOS,
+    BATCH_ABSENT,
+    BATCH_BROKEN,
+    BATCH_CRASH,
+    NB,
+    all_mistakes,
+    autograde,
+    read_nb,
+    write,
+)
 
 MISTAKES = all_mistakes()
 
@@ -62,6 +71,21 @@ def test_reference_solution_scores_full_marks_on_every_cell(graded_batch):
         assert float(row[grade_id]) == points, f"{grade_id}: {row[grade_id]}/{points}"
     counted = sum(p for g, p in grade_ids(graded_batch).items() if part_of(g).counted)
     assert float(row["score"]) == float(row["max_score"]) == counted
+
+
+def test_a_moodle_file_under_the_learners_own_name_is_graded_under_the_roster_id(graded_batch):
+    """张伟 handed in the reference as `第34章作业.ipynb`: the roster's number names the student."""
+    row = graded_batch["rows"]["zhang-wei"]
+    assert (row["status"], row["name"]) == ("graded", "张伟")
+    assert re.fullmatch(r"张伟_\d+_assignsubmission_file_/第34章作业\.ipynb", row["source"])
+    assert row["score"] == graded_batch["rows"]["reference-solution"]["score"]
+
+
+def test_a_kernel_that_segfaults_costs_the_todo_it_died_in_and_no_other(graded_batch):
+    row = graded_batch["rows"][BATCH_CRASH.name]
+    assert row["status"] == "graded" and f"TODO {BATCH_CRASH.todo}" in row["reason"], row
+    lost = {g for g, points in grade_ids(graded_batch).items() if float(row[g]) < points}
+    assert lost and {todo_number(g) for g in lost} == {BATCH_CRASH.todo}, sorted(lost)
 
 
 def test_untouched_release_scores_zero_without_crashing_the_grader(graded_batch):
@@ -171,16 +195,22 @@ def test_grades_csv_has_the_fixed_columns_then_points_per_todo(graded_batch):
     )
     cells = list(grade_ids(graded_batch))
     todos = [f"todo{n}" for n in sorted({todo_number(g) for g in cells})]
-    assert header[:6] == ["student_id", "score", "max_score", "status", "late", "source"]
-    parts_end = 6 + len(PARTS)
-    assert header[6:parts_end] == [part.key for part in PARTS]
+    fixed = ["student_id", "name", "score", "max_score", "status", "late", "source"]
+    assert header[:7] == fixed  # `name`: the batch has a roster
+    parts_end = 7 + len(PARTS)
+    assert header[7:parts_end] == [part.key for part in PARTS]
     assert header[parts_end:-2] == todos + cells and header[-2:] == ["reason", "repairs"]
     packs = set(graded_batch["pack_of"].values())
-    assert len(graded_batch["rows"]) == len(packs) + 3 + len(ALL_TODOS)  # + hang-pair
+    graded = [i for i, row in graded_batch["rows"].items() if row["status"] == "graded"]
+    assert len(graded) == len(packs) + 4 + len(ALL_TODOS)  # + the crash, zhang-wei
+    missing = [i for i, row in graded_batch["rows"].items() if row["status"] == "missing"]
+    assert sorted(missing) == sorted(BATCH_ABSENT)
+    assert graded_batch["rows"][BATCH_BROKEN]["status"] == "invalid_json"
+    assert len(graded_batch["rows"]) == len(graded) + len(missing) + 1
 
 
 def test_feedback_exists_for_everyone_and_never_shows_hidden_tests(graded_batch):
-    for student_id in graded_batch["rows"]:
+    for student_id in set(graded_batch["rows"]) - set(BATCH_ABSENT):
         page = (graded_batch["report"] / "feedback" / f"{student_id}.html").read_text(
             encoding="utf-8"
         )
@@ -235,25 +265,6 @@ def test_regrading_a_student_replaces_the_old_grade_and_keeps_the_others(
     assert (report / "feedback" / "alice.html").read_text(encoding="utf-8").count("empty_file") >= 1
 
 
-def test_grades_are_the_same_whatever_the_parallelism(fresh_build, tmp_path):
-
-    release = read_nb(fresh_build / "notebooks" / "ch34_prefix_cache.ipynb")
-    solutions = read_nb(fresh_build / "solutions" / "ch34_prefix_cache.ipynb")
-    submissions = tmp_path / "submissions"
-    submissions.mkdir()
-    nbformat.write(filled_submission(release, solutions, CORE[0].edits), submissions / "b.ipynb")
-    nbformat.write(release, submissions / "a.ipynb")
-    (submissions / "c.ipynb").write_text("{not json")
-    course = fresh_build / "build" / "grading-course"
-    csv_text = {}
-    for jobs in (1, 2):
-        run, _ = autograde(submissions, tmp_path / f"report-{jobs}", course, jobs=jobs)
-        assert run.returncode == 0, run.stderr
-        csv_text[jobs] = (tmp_path / f"report-{jobs}" / "grades.csv").read_text(encoding="utf-8")
-    assert csv_text[1] == csv_text[2]
-    assert [line.split(",")[0] for line in csv_text[1].splitlines()[1:]] == ["a", "b", "c"]
-
-
 def test_a_long_tmpdir_does_not_break_the_kernels_sockets(first_grading):
     assert len(str(first_grading["long_tmp"])) > 100
     run, rows = first_grading["run"], first_grading["rows"]
@@ -271,3 +282,14 @@ def test_autograde_refuses_a_missing_folder_with_a_usage_hint(tmp_path):
         text=True,
     )
     assert run.returncode == 2 and "SUBMISSIONS=" in run.stderr
+
+
+def test_autograde_without_a_built_course_says_to_run_make_and_writes_nothing(tmp_path):
+    write(tmp_path / "export", "2023001.ipynb", NB)
+    run = subprocess.run(
+        [sys.executable, "-m", "grader.kit.autograde", str(tmp_path / "export"),
+         "--course", str(tmp_path / "no-course"), "--report", str(tmp_path / "report")],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 1 and "run `make` first" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "report").exists()

@@ -1,7 +1,7 @@
 """A TODO that never returns costs its own checks and nothing else: the time box of every check.
 
 The box itself (`checks/_timebox.py`) is tried here in process, as a grade cell runs it, on the
-ways code fails to return; then one submission with two such TODOs in the batch of `make test`;
+ways code fails to return; then one submission with such a TODO through the kit;
 then the learner's side (the solutions notebook run with nbclient); then, in the heavy tier, the
 whole catalogue of `tests/fixtures/faults_hang.py`, one fault a submission, through real nbgrader
 and the sandbox. Elapsed-time bounds are generous ceilings (a hang would never meet them), never
@@ -28,8 +28,8 @@ from grader.kit.authoring.nbsource import (
 )
 from grader.kit.grading.limits import Limits, derived_time_limits
 from grader.kit.report.grades import grade_columns
-from tests.conftest import HANG_PAIR, HANG_PAIR_NAME, autograde, read_nb
-from tests.fixtures.faults_hang import FAULTS, KINDS, PLACES, TODO_CHECKS
+from tests.conftest import autograde, read_nb
+from tests.fixtures.faults_hang import CHEAP_HANG, FAULTS, KINDS, PLACES, TODO_CHECKS
 from tests.test_adversarial import wait_for_no_process_with
 
 BOX = 0.5  # the box of the in-process tries: short, the code it stops never returns anyway
@@ -265,16 +265,29 @@ def first_failures(report, student_id) -> list[str]:
     return [html.unescape(t) for t in re.findall(r"<pre class=fail>(.*?)</pre>", page, re.S)]
 
 
-def test_two_todos_that_never_return_cost_their_own_checks_and_no_other(graded_batch):
-    row = graded_batch["rows"][HANG_PAIR_NAME]
+@pytest.fixture(scope="module")
+def cheap_hang(fresh_build, tmp_path_factory):
+    """The reference with TODO 19's method looping forever and swallowing every timeout
+    (CHEAP_HANG), graded alone, one job."""
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    root = tmp_path_factory.mktemp("cheap-hang")
+    (root / "submissions").mkdir()
+    nb = filled_submission(release, solutions, CHEAP_HANG.edits)
+    nbformat.write(nb, root / "submissions" / f"{CHEAP_HANG.name}.ipynb")
+    course = fresh_build / "build" / "grading-course"
+    run, rows = autograde(root / "submissions", root / "report", course, jobs=1)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {"rows": rows, "report": root / "report", "release": release}
+
+
+def test_a_todo_that_never_returns_and_swallows_the_timeout_costs_its_own_checks_only(cheap_hang):
+    row = cheap_hang["rows"][CHEAP_HANG.name]
     assert row["status"] == "graded", row["reason"]
-    expected = {g for fault in HANG_PAIR for g in fault.loses}
-    assert lost_checks(row, graded_batch["release"]) == expected
-    failures = first_failures(graded_batch["report"], HANG_PAIR_NAME)
-    for fault in HANG_PAIR:
-        mine = [text for text in failures if all(word in text for word in fault.cause)]
-        assert mine, f"no failure says {fault.cause}: {failures}"
-    assert any("吞掉" in text for text in failures)  # the catch-all loop of TODO 19
+    assert lost_checks(row, cheap_hang["release"]) == set(CHEAP_HANG.loses)
+    failures = first_failures(cheap_hang["report"], CHEAP_HANG.name)
+    assert any(all(word in text for word in CHEAP_HANG.cause) for text in failures), failures
+    assert any("吞掉" in text for text in failures), failures  # it caught the timeout
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ of the Pythons learners have, none with torch installed:
 
 The torch parts on each of these Pythons, with the torch its platform ships, are `make compat`
 (a matrix outside `make test`: PyPI's regular torch wheels, CUDA libraries included, several GB each).
+This module is a platform matrix too (a venv and kernel for each Python): `make test-heavy`.
 """
 
 import glob
@@ -20,6 +21,8 @@ import pytest
 from grader.kit.authoring.build import execute
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT, nbgrader_meta
 from tests.conftest import read_nb
+
+pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
 
 def find_python(version):

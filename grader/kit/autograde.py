@@ -50,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import GraderFault, KitError, exit_with
+from .errors import GraderFault, KitError, NoGradingCourse, exit_with
 from .grading.limits import Limits
 from .paths import GRADES, GRADING_COURSE, INTAKE, REPO_ROOT
 from .sandbox import cgroups
@@ -215,6 +215,8 @@ def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | N
         what = "could be tied to a known student" if intake.unknown() else "is a notebook"
         print(f"error: no file in {args.submissions} {what}", file=sys.stderr)
         return 2
+    if not (args.course / "gradebook.db").exists():
+        raise NoGradingCourse(f"no grading course at {args.course.resolve()}: run `make` first")
     if not sandbox:
         print(
             "WARNING: grading WITHOUT a sandbox: student code runs with your permissions"

@@ -68,7 +68,8 @@ def merge(report: Path, folders: list[Path], course: Path | None = None) -> int:
     course = Path(course or first.get("course") or REPO_ROOT / GRADING_COURSE)
     roster = Path(first["roster"]) if first["roster"] else None
     with discover(Path(first["export"]), roster=roster, pattern=first["name_pattern"]) as intake:
-        outcomes = gather(intake, manifests, first["shards"])
+        absent = [str(f) for f in folders if not f.exists()]
+        outcomes = gather(intake, manifests, first["shards"], absent)
         write_report(report, intake, outcomes, course, first["lms"])
     return 0
 
@@ -107,8 +108,9 @@ def read_manifests(report: Path, folders: list[Path]) -> dict[int, tuple[Path, d
     return manifests
 
 
-def gather(intake, manifests: dict, count: int) -> list:
-    """Every shard's outcomes, once each, sorted by student; ShardsIncomplete naming who lacks."""
+def gather(intake, manifests: dict, count: int, absent: list[str] = ()) -> list:
+    """Every shard's outcomes, once each, sorted by student; ShardsIncomplete naming who lacks.
+    `absent`: the folders given that do not exist (a shard that never ran, or a mistyped path)."""
     fingerprint = shard.fingerprint(intake)
     for folder, manifest in manifests.values():
         if manifest["fingerprint"] != fingerprint:
@@ -124,7 +126,9 @@ def gather(intake, manifests: dict, count: int) -> list:
         recorded = shard.read_outcomes(folder) if folder is not None else {}
         missed = [sid for sid in students if sid not in recorded]
         if missed:
-            where = f"{folder}" if folder is not None else "no folder given"
+            where = f"{folder}" if folder is not None else "no report of it in the folders given"
+            if folder is None and absent:
+                where += f"; these do not exist: {', '.join(absent)}"
             lacking.append(f"  shard {k}/{count} ({where}): {', '.join(missed)}")
         outcomes += [
             shard.outcome_from(recorded[sid], folder) for sid in students if sid in recorded

@@ -19,6 +19,15 @@ def _snapshot(c):
     )
 
 
+def _key_owner(c, key):
+    """A key as a message shows it: which block is registered under it. The number itself is
+    `hash()`'s, which differs from one Python process to the next (hash(None) before 3.12)."""
+    if key is None:
+        return " None"
+    owners = [b.block_id for b in c.blocks if b.key == key]
+    return f"块 {owners[0]} 的 key" if owners else "一个没有登记的 key"
+
+
 def _same_ints(got, expected):
     return (
         isinstance(got, list)

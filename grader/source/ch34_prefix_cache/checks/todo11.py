@@ -61,8 +61,9 @@ def _explain(c, tokens, got, expected):
                 "key 相同不代表内容相同（哈希可能碰撞），命中时要核对块里存的 token_ids 和 parent_key"
             )
         if block.parent_key != parent:
+            above = f"上一块（块 {got[i - 1]}）的 key" if i else "首块的父 key None"
             return (
-                f"第 {i} 块返回了块 {b}，token 相同，但它的 parent_key 是 {block.parent_key}，不是上一块的 key {parent}："
+                f"第 {i} 块返回了块 {b}，token 相同，但它的 parent_key 是{_key_owner(c, block.parent_key)}，不是{above}："
                 "命中时还要核对 parent_key（同样的 token 出现在别的前缀后面，是另一个块）"
             )
         parent = block.key
