@@ -50,9 +50,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .errors import GraderFault, KitError, NoGradingCourse, exit_with
+from .errors import GraderFault, KitError, exit_with
 from .grading.limits import Limits
-from .paths import GRADES, GRADING_COURSE, INTAKE, REPO_ROOT
+from .paths import GRADES, GRADING_COURSE, INTAKE, REPO_ROOT, require_grading_course
 from .sandbox import cgroups
 from .sandbox.kernel_setup import kernel_threads
 from .sandbox.probes import kernel_start_problem, sandbox_available
@@ -215,8 +215,7 @@ def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | N
         what = "could be tied to a known student" if intake.unknown() else "is a notebook"
         print(f"error: no file in {args.submissions} {what}", file=sys.stderr)
         return 2
-    if not (args.course / "gradebook.db").exists():
-        raise NoGradingCourse(f"no grading course at {args.course.resolve()}: run `make` first")
+    require_grading_course(args.course)
     if not sandbox:
         print(
             "WARNING: grading WITHOUT a sandbox: student code runs with your permissions"

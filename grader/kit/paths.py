@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import NoGradingCourse
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # The assignment: nbgrader's assignment id, and its one notebook.
@@ -34,6 +36,16 @@ STUDENT_RELEASE = (
     "student-release.ipynb"  # in the grading course: what submissions are normalised against
 )
 COMPAT_VENVS = Path("build") / "compat"  # `make compat`'s throwaway environments
+
+
+def require_grading_course(course: Path) -> Path:
+    """`course`, resolved; NoGradingCourse when `make` has not built it (no gradebook.db)."""
+    course = course.resolve()
+    if not (course / "gradebook.db").exists():
+        raise NoGradingCourse(
+            f"no grading course at {course}: run `make` first (`make notebooks` builds only it)"
+        )
+    return course
 
 
 def course_source_notebook(course: Path) -> Path:

@@ -22,8 +22,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from ..errors import NoGradingCourse
-from ..paths import GRADING_COURSE, REPO_ROOT
+from ..paths import GRADING_COURSE, REPO_ROOT, require_grading_course
 from .hosted import NOT_YOUR_FAULT, Verdict
 
 SUBMISSION = Path("autograder/submission")
@@ -85,8 +84,7 @@ def write_results(root: Path, verdict: Verdict) -> Path:
 def build_zip(out: Path = REPO_ROOT / ZIP, course: Path = REPO_ROOT / GRADING_COURSE) -> Path:
     """autograder.zip: setup.sh and run_autograder at the root, the kit (`CARRIED`) and `course`
     (the grading course) where the kit looks for it."""
-    if not (course / "gradebook.db").exists():
-        raise NoGradingCourse(f"no grading course at {course}: run `make notebooks`")
+    require_grading_course(course)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zipped:
         for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):

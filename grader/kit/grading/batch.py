@@ -21,7 +21,7 @@ from typing import TextIO
 import nbformat
 
 from .. import paths
-from ..errors import GraderFault, NoGradingCourse, WrongExport
+from ..errors import GraderFault, WrongExport
 from ..intake.inventory import Submission
 from ..report import scores
 from ..report.feedback import scrub_paths
@@ -83,9 +83,7 @@ def grade_all(
     go. `intake` (the `Intake`) adds its files and roster to summary.html and the LMS files.
     Raises `GraderFault`, having written nothing into `report_dir`.
     """
-    course = settings.course.resolve()
-    if not (course / "gradebook.db").exists():
-        raise NoGradingCourse(f"no grading course at {course}: run `make notebooks` first")
+    course = paths.require_grading_course(settings.course)
     release = nbformat.read(course / paths.STUDENT_RELEASE, as_version=4)
     # Everything the instructor wrote is checked before anything is graded.
     students = {s.student_id for s in submissions}
