@@ -218,8 +218,9 @@ def main() -> int:
         help="another checkout of the kit: its kit runs too, as `before` (its build/ made)",
     )
     args = parser.parse_args()
-    methods = ["kit"] + [m for m in ("plain", "floor") if m in args.methods.split(",")]
-    unknown = set(args.methods.split(",")) - {"kit", "plain", "floor"}
+    asked = set(args.methods.split(","))
+    methods = ["kit"] + [m for m in ("plain", "floor") if m in asked]
+    unknown = asked - {"kit", "plain", "floor"}
     if unknown:
         raise SystemExit(f"--methods: {', '.join(sorted(unknown))}? Pick from kit, plain, floor.")
     for checkout in (REPO_ROOT, args.before):

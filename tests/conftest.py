@@ -232,6 +232,14 @@ def grades_csv_rows(report_dir):
     return rows
 
 
+def lost_checks(row, release) -> set[str]:
+    """The grade cells a grades.csv row scored below their points (`release`: the notebook
+    whose grade cells the report's columns are)."""
+    from grader.kit.report.grades import grade_columns
+
+    return {g for g, points in grade_columns(release) if float(row[g]) < points}
+
+
 def grade_in_process(submissions_dir, report_dir, course):
     """The kit's `grade_all`, called in this process, for a batch in which no file needs a kernel
     (every one is refused before grading: not JSON, empty) or which stops before grading

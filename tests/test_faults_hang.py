@@ -27,8 +27,7 @@ from grader.kit.authoring.nbsource import (
     todo_number,
 )
 from grader.kit.grading.limits import Limits, derived_time_limits
-from grader.kit.report.grades import grade_columns
-from tests.conftest import autograde, read_nb
+from tests.conftest import autograde, lost_checks, read_nb
 from tests.fixtures.faults_hang import CHEAP_HANG, FAULTS, KINDS, PLACES, TODO_CHECKS
 from tests.test_adversarial import wait_for_no_process_with
 
@@ -250,10 +249,6 @@ def test_the_catalogue_puts_every_kind_in_every_part_and_each_loses_its_whole_to
 
 
 # -- through real nbgrader ------------------------------------------------------------------
-
-
-def lost_checks(row, release) -> set[str]:
-    return {g for g, points in grade_columns(release) if float(row[g]) < points}
 
 
 def first_failures(report, student_id) -> list[str]:
