@@ -1,0 +1,142 @@
+"""How long each unit of the student notebook is on a learner's screen, without a browser.
+
+    python -m grader.kit.publish.screens [notebook]
+
+A unit is what a `## ` heading opens (the opening cells, 第一部分 … 第五部分, the appendix). For
+each cell the height it takes in JupyterLab 4 (1280×1000 window, file browser folded, as
+`make screenshots` shoots it) is estimated in pixels: markdown by wrapped line (a CJK character
+is two columns), headings, list items and table rows taller; code by line; a folded cell
+(`jupyter.source_hidden`) as its one-line bar. A unit's screens are its height over one
+screenful (the notebook's scrolling area); a screen is "mostly code" when more than half of its
+height is visible code. The constants were set so that this count of the notebook agrees with
+the screenshots `make screenshots` takes of it (docs/maintaining.md says how to re-check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..paths import REPO_ROOT, STUDENT_NOTEBOOK
+
+SCREEN_PX = 890            # the notebook's scrolling area in a 1000-pixel-high window
+TEXT_COLUMNS = 150         # half-width columns of a markdown line (a CJK character takes two)
+TEXT_LINE_PX = 24
+HEADING_PX = {1: 70, 2: 60, 3: 48, 4: 40, 5: 34, 6: 30}
+PARAGRAPH_GAP_PX = 12
+TABLE_ROW_PX = 38
+CODE_COLUMNS = 130
+CODE_LINE_PX = 18
+CELL_PADDING_PX = 26       # a cell's frame: prompt area, margins
+FOLDED_CELL_PX = 34        # a folded cell shows one bar
+IMAGE_PX = 360             # a figure in markdown (an <img> or ![..](..))
+
+
+def columns(text: str) -> int:
+    """Half-width columns the text takes: wide (CJK) characters count two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def wrapped_lines(text: str, width: int) -> int:
+    return max(1, -(-columns(text) // width))
+
+
+def markdown_px(source: str) -> int:
+    height, in_table = 0, False
+    for line in source.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            height += PARAGRAPH_GAP_PX
+            in_table = False
+            continue
+        heading = re.match(r"(#{1,6})\s", stripped)
+        if heading:
+            height += HEADING_PX[len(heading.group(1))] * wrapped_lines(stripped, TEXT_COLUMNS)
+        elif stripped.startswith("|"):
+            if re.fullmatch(r"[|:\-\s]+", stripped):
+                continue  # the header's separator row is not drawn
+            cells = [c for c in stripped.strip("|").split("|")]
+            # a row is as tall as its longest cell wrapped in its share of the width
+            share = max(10, TEXT_COLUMNS // max(1, len(cells)))
+            height += TABLE_ROW_PX * max(wrapped_lines(c.strip(), share) for c in cells)
+            in_table = True
+        else:
+            height += TEXT_LINE_PX * wrapped_lines(stripped, TEXT_COLUMNS)
+        height += IMAGE_PX * (len(re.findall(r"!\[[^\]]*\]\(", line)) + line.count("<img") + line.count("<svg"))
+    return height + CELL_PADDING_PX
+
+
+def code_px(source: str) -> int:
+    lines = source.splitlines() or [""]
+    return sum(CODE_LINE_PX * wrapped_lines(line, CODE_COLUMNS) for line in lines) + CELL_PADDING_PX
+
+
+@dataclass
+class Unit:
+    title: str
+    text_px: int = 0
+    code_px: int = 0
+    # (height, is visible code) of each cell in order, to cut into screens
+    cells: list = field(default_factory=list)
+
+    @property
+    def screens(self) -> float:
+        return (self.text_px + self.code_px) / SCREEN_PX
+
+    @property
+    def code_screens(self) -> int:
+        """Screenfuls (cut from the unit's top) more than half of whose height is visible code."""
+        count, filled, code = 0, 0, 0
+        for height, is_code in self.cells:
+            while height > 0:
+                take = min(height, SCREEN_PX - filled)
+                filled += take
+                code += take if is_code else 0
+                height -= take
+                if filled == SCREEN_PX:
+                    count += code * 2 > SCREEN_PX
+                    filled, code = 0, 0
+        return count + (filled > 0 and code * 2 > filled)
+
+
+def units(notebook: dict) -> list[Unit]:
+    """The notebook cut at its `## ` headings, each piece's estimated height."""
+    found = [Unit("（开头）")]
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        heading = re.search(r"^## (.+)$", source, re.M) if cell["cell_type"] == "markdown" else None
+        if heading:
+            found.append(Unit(heading.group(1).strip()))
+        unit = found[-1]
+        folded = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden", False)
+        if folded:
+            unit.text_px += FOLDED_CELL_PX
+            unit.cells.append((FOLDED_CELL_PX, False))
+        elif cell["cell_type"] == "code":
+            height = code_px(source)
+            unit.code_px += height
+            unit.cells.append((height, True))
+        else:
+            height = markdown_px(source)
+            unit.text_px += height
+            unit.cells.append((height, False))
+    return [unit for unit in found if unit.cells]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebook", type=Path, nargs="?", default=REPO_ROOT / STUDENT_NOTEBOOK)
+    args = parser.parse_args(argv)
+    found = units(json.loads(args.notebook.read_text(encoding="utf-8")))
+    for unit in found:
+        print(f"{unit.screens:5.1f} screens  {unit.code_screens:3d} mostly code  {unit.title[:60]}")
+    print(f"{sum(u.screens for u in found):5.1f} screens in all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
