@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,6 +20,7 @@ import pytest
 from grader.kit.authoring.examples import PARTLY_WRONG_EDITS, filled_submission
 from grader.kit.cluster import gradescope
 from grader.kit.paths import NOTEBOOK_NAME, course_source_notebook
+from grader.kit.publish.compat import find_python
 from grader.kit.report.scores import grade_columns
 from tests.conftest import REPO_ROOT, read_nb
 
@@ -205,3 +207,100 @@ def test_the_autograder_zip_has_setup_and_run_autograder_at_its_root(fresh_build
         assert "build/grading-course/gradebook.db" in names
         assert "grader/kit/cluster/hosted.py" in names
         assert not [n for n in names if "__pycache__" in n]
+
+
+# ---- setup.sh and run_autograder as Gradescope runs them -----------------------------------
+# Gradescope's default base image is Ubuntu 22.04, whose python3 is 3.10 (too old for
+# requirements.txt). No Ubuntu image can be had here, so each test gives setup.sh a PATH holding
+# only what that image would offer it (a Python 3.10 as python3, with or without a python3.11)
+# and a stand-in for / (CH34_HOSTED_ROOT).
+
+
+def image_path(tmp_path, **tools) -> str:
+    """A folder for PATH with bash, id and `tools` (name: the program it runs) and nothing else."""
+    folder = tmp_path / "image-bin"
+    folder.mkdir()
+    for name, program in {"bash": shutil.which("bash"), "id": shutil.which("id"), **tools}.items():
+        (folder / name).symlink_to(program)
+    return str(folder)
+
+
+def run_setup(root, path: str):
+    return subprocess.run(
+        ["bash", str(gradescope.SCRIPTS / "setup.sh")], capture_output=True, text=True,
+        env={"PATH": path, "CH34_HOSTED_ROOT": str(root)}, timeout=300,
+    )  # fmt: skip
+
+
+def python_310():
+    python = find_python("3.10")
+    if python is None:
+        pytest.skip("no Python 3.10 here (pyenv) to stand for Ubuntu 22.04's python3")
+    return python
+
+
+def test_setup_on_an_image_with_only_python_3_10_stops_in_one_line_before_installing(tmp_path):
+    (tmp_path / "autograder" / "source").mkdir(parents=True)
+    setup = run_setup(tmp_path, image_path(tmp_path, python3=python_310()))
+    assert setup.returncode == 1
+    assert setup.stdout == "" and setup.stderr.count("\n") == 1
+    assert setup.stderr.startswith("setup.sh: error: the kit needs Python 3.11 or newer")
+    assert "Python 3.10" in setup.stderr and "Ubuntu 22.04" in setup.stderr
+    assert not (tmp_path / "autograder" / "venv").exists()
+
+
+def test_setup_takes_python_3_11_over_the_images_python3_3_10(tmp_path):
+    """As on Ubuntu 22.04 once its python3.11 package is in: the venv is made with 3.11 (a
+    requirements.txt with nothing in it stands for the kit's, which needs the network)."""
+    source = tmp_path / "autograder" / "source"
+    source.mkdir(parents=True)
+    (source / "requirements.txt").write_text("# nothing to install offline\n", encoding="utf-8")
+    python311 = find_python("3.11")
+    if python311 is None:
+        pytest.skip("no Python 3.11 here")
+    tools = {"python3": python_310(), "python3.11": python311}
+    if shutil.which("bwrap"):
+        tools["bwrap"] = shutil.which("bwrap")
+    setup = run_setup(tmp_path, image_path(tmp_path, **tools))
+    assert setup.returncode == 0, setup.stderr
+    assert f"setup.sh: Python 3.11 ({tmp_path}/image-bin/python3.11)" in setup.stdout
+    venv_python = tmp_path / "autograder" / "venv" / "bin" / "python"
+    made = subprocess.run([str(venv_python), "-c", "import sys; print(sys.version_info[:2])"],
+                          capture_output=True, text=True)  # fmt: skip
+    assert made.stdout.strip() == "(3, 11)"
+
+
+def test_the_zip_carries_the_setup_and_run_autograder_of_deploy_gradescope(fresh_build, tmp_path):
+    out = gradescope.build_zip(
+        tmp_path / "autograder.zip", fresh_build / "build" / "grading-course"
+    )
+    with zipfile.ZipFile(out) as zipped:
+        for name in gradescope.ENTRY_POINTS:
+            assert zipped.read(name) == (gradescope.SCRIPTS / name).read_bytes()
+
+
+@pytest.mark.slow
+def test_the_unpacked_zips_run_autograder_grades_a_submission(fresh_build, tmp_path):
+    """The zip unpacked where Gradescope puts it, its run_autograder run as Gradescope runs it:
+    only what the zip carries grades (the kit, the course), with the Python setup.sh makes
+    (here the repository's .venv, made from the same requirements.txt)."""
+    root = tmp_path / "root"
+    autograder = root / "autograder"
+    with zipfile.ZipFile(gradescope.build_zip(tmp_path / "autograder.zip",
+                                              fresh_build / "build" / "grading-course")) as zipped:  # fmt: skip
+        zipped.extractall(autograder / "source")
+    (autograder / "venv").symlink_to(REPO_ROOT / ".venv")
+    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
+    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
+    (autograder / "submission").mkdir()
+    (autograder / "submission" / NOTEBOOK_NAME).write_text(
+        json.dumps(filled_submission(release, solutions, PARTLY_WRONG_EDITS)), encoding="utf-8"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("CH34_COURSE", "VIRTUAL_ENV")}
+    env.update(CH34_HOSTED_ROOT=str(root), PATH="/usr/local/bin:/usr/bin:/bin")
+    run = subprocess.run(["bash", str(autograder / "source" / "run_autograder")], env=env,
+                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = json.loads((root / GRADESCOPE_RESULTS).read_text(encoding="utf-8"))
+    jsonschema.validate(results, GRADESCOPE_SCHEMA)
+    assert 0 < results["score"] < sum(t["max_score"] for t in results["tests"])

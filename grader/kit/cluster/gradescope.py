@@ -2,9 +2,11 @@
 
 The format (Gradescope's "Autograder Specifications",
 https://gradescope-autograders.readthedocs.io/en/latest/specs/): the zip holds `setup.sh` and
-`run_autograder` at its root; Gradescope unpacks it into /autograder/source, runs setup.sh once
-when it builds the image, and run_autograder once a submission, with the learner's files in
-/autograder/submission. run_autograder writes /autograder/results/results.json: a top-level
+`run_autograder` at its root (here deploy/gradescope/); Gradescope unpacks it into
+/autograder/source, runs setup.sh once when it builds the image, and run_autograder once a
+submission, with the learner's files in /autograder/submission. The image is Gradescope's
+default base image, Ubuntu 22.04, whose python3 (3.10) is too old for requirements.txt:
+setup.sh installs Ubuntu's python3.11 package, or stops in one line where none can be had. run_autograder writes /autograder/results/results.json: a top-level
 `score` (or one per test), `output`, and `tests`, each with `name`, `score`, `max_score`,
 `visibility` and `output`. Here one test a check (`hosted.Verdict`): its title, its points and
 the learner's first message; a check's code is never shown. A grader fault is one test saying
@@ -31,23 +33,10 @@ ZIP = Path("build/gradescope/autograder.zip")
 # What the zip carries from the repository beside the grading course: the kit and its checks.
 CARRIED = ("grader", "requirements.txt")
 
-SETUP = """#!/usr/bin/env bash
-# Gradescope runs this once, as root, when it builds the autograder's image.
-set -euo pipefail
-apt-get install -y -qq python3-venv bubblewrap >/dev/null
-python3 -m venv /autograder/venv
-# torch's CPU wheels: the checks run no GPU code
-/autograder/venv/bin/pip install --quiet --extra-index-url https://download.pytorch.org/whl/cpu \
-  -r /autograder/source/requirements.txt
-"""
-
-RUN = """#!/usr/bin/env bash
-# Gradescope runs this for every submission: the kit grades /autograder/submission's notebook
-# and writes /autograder/results/results.json (grader/kit/cluster/hosted.py).
-export PATH=/autograder/venv/bin:$PATH
-cd /autograder/source
-exec /autograder/venv/bin/python -m grader.kit.cluster.hosted
-"""
+# setup.sh (once, when Gradescope builds the image: a Python 3.11+ on its default base image,
+# Ubuntu 22.04, the kit's virtualenv) and run_autograder (once a submission), at the zip's root.
+SCRIPTS = REPO_ROOT / "deploy" / "gradescope"
+ENTRY_POINTS = ("setup.sh", "run_autograder")
 
 
 def results(verdict: Verdict) -> dict:
@@ -87,10 +76,10 @@ def build_zip(out: Path = REPO_ROOT / ZIP, course: Path = REPO_ROOT / GRADING_CO
     require_grading_course(course)
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zipped:
-        for name, text in (("setup.sh", SETUP), ("run_autograder", RUN)):
+        for name in ENTRY_POINTS:
             info = zipfile.ZipInfo(name)
             info.external_attr = 0o755 << 16  # executable, as Gradescope runs them
-            zipped.writestr(info, text)
+            zipped.writestr(info, (SCRIPTS / name).read_text(encoding="utf-8"))
         trees = [(REPO_ROOT / name, Path(name)) for name in CARRIED]
         for top, inside in [*trees, (course, GRADING_COURSE)]:
             for path in sorted([top] if top.is_file() else top.rglob("*")):
