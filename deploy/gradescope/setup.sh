@@ -15,12 +15,14 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then apt=1; fi
 apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null; }
 [ "$apt" = 0 ] || apt-get update -qq
 
-# The newest python on PATH that is at least 3.11.
+# The newest python on PATH that is at least 3.11.0 final: for pip a pre-release of 3.11 is
+# below the pins' Requires-Python >=3.11, so a 3.11 release candidate counts as too old.
 recent_python() {
   local name path
   for name in python3.13 python3.12 python3.11 python3; do
     path="$(command -v "$name" 2>/dev/null)" || continue
-    "$path" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo "$path"; return 0; }
+    "$path" -c 'import sys; sys.exit(sys.version_info[:4] < (3, 11, 0, "final"))' 2>/dev/null &&
+      { echo "$path"; return 0; }
   done
   return 1
 }
