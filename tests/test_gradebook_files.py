@@ -208,6 +208,17 @@ def test_summary_lists_files_not_graded_missing_students_late_and_notes(tmp_path
     assert "notebook(s) of no known student are not graded" in text
 
 
+def test_summary_says_which_roster_rows_share_a_name_and_what_tells_them_apart(tmp_path):
+    export = tmp_path / "export"
+    write(export, "王伟.ipynb")
+    roster = write(tmp_path, "roster.csv", "学号,姓名\n2025011,王伟\n2025012,王伟\n")
+    with discover(export, roster=roster) as intake:
+        summary.write_summary(tmp_path / "summary.html", [], COLUMNS, intake=intake)
+    text = page_text((tmp_path / "summary.html").read_text(encoding="utf-8"))
+    assert "第 2 行（2025011，王伟）、第 3 行（2025012，王伟）" in text
+    assert "<学号>_<姓名>.ipynb" in text
+
+
 def test_a_regrade_replaces_ids_of_files_now_read_under_another(tmp_path):
     export = tmp_path / "export"
     moodle = moodle_path(moodle_prefix("Wang Wu", 12347), NOTEBOOK)

@@ -265,8 +265,35 @@ def test_a_chinese_classs_named_files_are_tied_to_the_roster(tmp_path):
             "2025003王小明.ipynb": "2025003",
         }
         whys = unknown(intake)
-    assert "shared by 2025004, 2025005" in whys["王芳.ipynb"]
+    assert "第 5 行（2025004，王芳）、第 6 行（2025005，王芳）" in whys["王芳.ipynb"]
+    assert "<学号>_<姓名>.ipynb" in whys["王芳.ipynb"]  # what tells them apart: the id in the name
     assert "more than one roster student" in whys["2025001_李四.ipynb"]
+
+
+def test_two_students_named_alike_in_a_moodle_export_are_told_apart_by_the_participant_number(
+    tmp_path,
+):
+    """Issue 40: a Moodle export with two 王伟 and the school's GBK roster (学号,姓名,班级,邮箱)."""
+    export = tmp_path / "export"
+    for number in (30101, 30102):
+        write(export, moodle_path(moodle_prefix("王伟", number), NOTEBOOK))
+    school = "学号,姓名,班级,邮箱\n2025011,王伟,计科1班,ww11@x.edu\n2025012,王伟,计科2班,ww12@x.edu\n"
+    (tmp_path / "roster.csv").write_bytes(school.encode("gbk"))
+    with discover(export, roster=tmp_path / "roster.csv") as intake:
+        assert graded(intake) == {}
+        whys = unknown(intake)
+    why = whys[f"王伟_30101_assignsubmission_file/{NOTEBOOK}"]
+    assert "第 2 行（2025011，王伟，ww11@x.edu）、第 3 行（2025012，王伟，ww12@x.edu）" in why
+    assert "Moodle 的参与者编号" in why and "30101" in why and "lms_user_id" in why
+    # What the message says to do: the participant number as a roster column.
+    numbered = "学号,姓名,班级,邮箱,Participant number\n2025011,王伟,计科1班,ww11@x.edu,30102\n"
+    numbered += "2025012,王伟,计科2班,ww12@x.edu,30101\n"
+    (tmp_path / "roster.csv").write_bytes(numbered.encode("gbk"))
+    with discover(export, roster=tmp_path / "roster.csv") as intake:
+        assert graded(intake) == {
+            f"王伟_30101_assignsubmission_file/{NOTEBOOK}": "2025012",
+            f"王伟_30102_assignsubmission_file/{NOTEBOOK}": "2025011",
+        }
 
 
 def test_two_notebooks_from_one_student_grade_the_one_named_like_the_assignment(tmp_path):

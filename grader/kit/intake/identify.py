@@ -64,7 +64,7 @@ def identify(reading: dict, parts: tuple[str, ...], roster: Roster | None) -> Id
         if len(hits) == 1:
             return Identity(hits[0], f"{why} → roster name {name!r}")
         if len(hits) > 1:
-            return unknown(f"the name {name!r} is shared by {', '.join(hits)}: ambiguous")
+            return unknown(shared_name(name, hits, reading, roster))
     return search_names(reading, parts, roster)
 
 
@@ -116,11 +116,40 @@ def search_names(reading: dict, parts: tuple[str, ...], roster: Roster) -> Ident
         if len(by_name) == 1:
             return Identity(by_name[0], f"the roster name of {by_name[0]} in {text!r}")
         if len(by_name) > 1:
-            return unknown(f"{text!r} holds a name shared by {', '.join(by_name)}: ambiguous")
+            return unknown(shared_name(text, by_name, reading, roster))
     said = reading["why"] or "the name tells no student"
     if reading["student_id"]:
         return unknown(f"{said} ({reading['student_id']!r}), not on the roster; {NOT_ON_ROSTER}")
     return unknown(f"{said}, and no roster student's id or name is in it; {RENAME}")
+
+
+# Where an LMS's own number for a student is read, for a roster's lms_user_id column.
+LMS_NUMBER_SOURCE = {
+    "Moodle": (
+        "Moodle 的参与者编号（文件夹名 <姓名>_<编号>_assignsubmission_file 里的数字；也在 Moodle 的"
+        "评分工作表 Identifier 列 “Participant <编号>”）"
+    ),
+    "Canvas": "Canvas 的用户 ID（文件名 <姓名>_<用户ID>_<提交ID>_… 里的第一个数字；也在 Canvas 成绩导出的 ID 列）",
+}
+
+
+def shared_name(name: str, hits: list[str], reading: dict, roster: Roster) -> str:
+    """Why a name that two roster students share ties the file to no one, and what tells them
+    apart: the roster's `lms_user_id` column where the file carries the LMS's number, else a
+    student id in the file's name (issue 40)."""
+    rows = "、".join(roster.described(sid) for sid in hits)
+    said = f"名字 {name!r} 是名单上 {len(hits)} 名学生共有的：{rows}；同名，认不出是谁，没有评分"
+    number, layout = reading.get("lms_number"), reading.get("layout", "")
+    source = next((text for lms, text in LMS_NUMBER_SOURCE.items() if layout.startswith(lms)), "")
+    if number and source:
+        return (
+            f"{said}。这个文件带着 {source} {number}：在名单里加一列 lms_user_id（表头也可写 "
+            "Participant number、用户ID），每名学生填上自己的编号，按这一列认人，再运行一次"
+        )
+    return (
+        f"{said}。请把文件改名为 <学号>_<姓名>.ipynb（例如 {hits[0]}_{name}.ipynb），文件名里的学号"
+        "对上名单的学号列（student_id / 学号）就能认出，再运行一次"
+    )
 
 
 def unknown(why: str) -> Identity:

@@ -109,6 +109,7 @@ def intake_sections(intake, rows: list[dict]) -> str:
         parts.append(f"<table><tr><th>reason</th><th>files</th><th>which</th></tr>{lines}</table>")
     else:
         parts.append("<p>无 / none.</p>")
+    parts.append(unknown_section(intake))
     status = {row["student_id"]: row.get("status") for row in rows}
     missing = [r for r in intake.missing() if status.get(r["student_id"], MISSING) == MISSING]
     if intake.roster is not None:
@@ -122,6 +123,20 @@ def intake_sections(intake, rows: list[dict]) -> str:
         parts.append("<h2>名单与文件的备注 / roster and file notes</h2>")
         parts.append(f'<pre class="notes">{esc(notes.removeprefix("note:").strip())}</pre>')
     return "\n".join(parts)
+
+
+def unknown_section(intake) -> str:
+    """Each file whose student could not be told, with why and what to do (a name two roster
+    students share names both rows and the column that tells them apart)."""
+    items = "".join(
+        f"<tr><td>{esc(s.source)}</td><td>{esc(s.why)}</td></tr>" for s in intake.unknown()
+    )
+    if not items:
+        return ""
+    return (
+        "<h3>认不出是谁的文件 / student unknown: why, and what to do</h3>"
+        f"<table><tr><th>file</th><th>why</th></tr>{items}</table>"
+    )
 
 
 def reason_of(skipped) -> str:
