@@ -8,10 +8,10 @@ student is an id (by the LMS's number, the student id, a name or email the name 
 student id or name found inside the file or folder names: 学号_姓名, 姓名-学号, 学号姓名, ...),
 and a name two students share, or a file that names two students, ties the file to no one.
 
-`choose(copies)` picks the notebook to grade among one student's: the one named like the
-assignment's notebook, otherwise the newest (the export's time stamp, else the file's time, else
-the later copy: "x (1)" is made after "x"); the order of names never decides. When nothing
-tells them apart, none is graded. Two files are ever compared only when both belong to one
+`choose(copies)` picks the notebook to grade among one student's: the newest (the export's time
+stamp, else the file's time); at equal times the one named like the assignment's notebook, then
+the later copy ("x (1)" is made after "x"); the order of names never decides. When nothing
+tells them apart, none is graded (the instructor's CHOICES file, `choices.py`, overrides both). Two files are ever compared only when both belong to one
 recognised student: a duplicate is never a guess.
 """
 
@@ -157,29 +157,46 @@ def unknown(why: str) -> Identity:
 
 
 def choose(copies: list[tuple[dict, str, float]]) -> tuple[int | None, str]:
-    """(index of the notebook to grade, the rule that chose it) among one student's copies.
+    """(index of the notebook to grade, the rule that chose it, in Chinese) among one student's
+    copies; each copy is (reading, source, mtime). None when nothing tells the copies apart.
 
-    Each copy is (reading, source, mtime). None when nothing tells the copies apart.
+    The newest is graded: the student's last submission is the one an LMS keeps as final and
+    the one an instructor expects (issue 40: a draft named like the assignment's notebook beat
+    the later `…_final.ipynb`). Newest by the export's own time (the LMS's submission time,
+    nbgrader's timestamp.txt), else the file's time (a zip keeps the time it was uploaded with);
+    only where the times are equal does the name decide (the one named like the assignment's
+    notebook, then the later copy: "x (1)" is made after "x"). The order of names never decides.
     """
-    named = [i for i, (reading, _, _) in enumerate(copies) if named_like(reading)]
-    if len(named) == 1:
-        return named[0], "the one named like the assignment's notebook"
-    pool = named or list(range(len(copies)))
-    ranked = sorted(pool, key=lambda i: newness(copies[i]), reverse=True)
-    if len(ranked) > 1 and newness(copies[ranked[0]]) == newness(copies[ranked[1]]):
-        return None, "the same time and none named like the assignment's notebook"
-    rule = "the newest" + (" of those named like the assignment's notebook" if named else "")
-    return ranked[0], rule
+    ranked = sorted(range(len(copies)), key=lambda i: rank(copies[i]), reverse=True)
+    if len(ranked) == 1:
+        return ranked[0], "只有这一个"
+    best, second = rank(copies[ranked[0]]), rank(copies[ranked[1]])
+    if best == second:
+        return None, "时间相同，名字也分不出先后"
+    decided = next(k for k, (a, b) in enumerate(zip(best, second)) if a != b)
+    reading, _, mtime = copies[ranked[0]]
+    return ranked[0], [
+        f"最新提交的那个（导出里的提交时间 {stamp(reading.get('when'))}）",
+        f"最新的那个（文件时间 {stamp(datetime.fromtimestamp(mtime))}）",
+        "与作业 notebook 同名的那个（文件时间相同）",
+        "副本编号最大的那个（文件时间相同；“x (1)” 晚于 “x”）",
+    ][decided]
 
 
 def named_like(reading: dict) -> bool:
     return named_like_assignment(reading["file_id"])
 
 
-def newness(copy: tuple[dict, str, float]) -> tuple:
-    """(export time stamp, file time, copy number): the later, the newer."""
+def rank(copy: tuple[dict, str, float]) -> tuple:
+    """(export time stamp, file time, named like the assignment's, copy number): the larger, the
+    one graded."""
     reading, _, mtime = copy
-    return (reading.get("when") or datetime.min, round(mtime), reading.get("copy", 0))
+    return (reading.get("when") or datetime.min, round(mtime), named_like(reading), reading.get("copy", 0))
+
+
+def stamp(when: datetime | None) -> str:
+    """A time as the instructor reads it: `2026-12-01 08:00:00`."""
+    return when.strftime("%Y-%m-%d %H:%M:%S") if when else "未知"
 
 
 def when_of(reading: dict, path: Path) -> tuple[datetime | None, str]:

@@ -145,8 +145,8 @@ def reason_of(skipped) -> str:
         return skipped.outcome  # "student unknown"
     if skipped.debris:
         return "operating-system debris or bookkeeping"
-    if skipped.why.startswith("another notebook of"):
-        return "another notebook of a graded student"
+    if skipped.graded_instead:
+        return "同一学生的另一个 notebook（评了更新的那个，见下面的备注）/ another notebook of a graded student"
     return skipped.why.split(" (")[0].split(": ")[0]
 
 
