@@ -163,7 +163,7 @@ def test_a_feedback_page_shows_the_final_numbers_beside_the_graded_and_names_the
     scores = {g: (0.0, p) for g, p in COLUMNS}
     final = {"score": "4", PARTS[0].key: "4", f"todo{PARTS[0].todos[0]}": "4"}
     overrides = [{"column": "score", "value": "4", "note": "人工复核"}]
-    files = ("b/ch34_prefix_cache.ipynb", ["b/draft.ipynb"], "最新的那个（文件时间 2026-12-01 08:00:00）")
+    files = ("b/ch34_prefix_cache.ipynb", ["b/draft.ipynb"], "最新的那个（按文件时间）")
     page = feedback.render(
         "lisi", nbformat.v4.new_notebook(), scores, overrides=overrides, final=final, files=files
     )
@@ -173,7 +173,7 @@ def test_a_feedback_page_shows_the_final_numbers_beside_the_graded_and_names_the
     assert (
         "评分的文件： b/ch34_prefix_cache.ipynb" in text
         and "没有评分的文件： b/draft.ipynb" in text
-        and "评分的是最新的那个（文件时间 2026-12-01 08:00:00）" in text
+        and "评分的是最新的那个（按文件时间）" in text
     )
     plain = page_text(feedback.render("lisi", nbformat.v4.new_notebook(), scores))
     assert f"lisi：0 / {fmt(COUNTED)}" in plain and "自动评分" not in plain

@@ -311,7 +311,7 @@ def test_a_students_newer_final_notebook_beats_his_older_draft_named_like_the_as
         intake.write_csv(tmp_path / "report" / "intake.csv")
         warnings = intake.warnings()
     assert chosen.source == f"{folder}/ch34_prefix_cache_final.ipynb"
-    assert chosen.choice.startswith("最新的那个（文件时间 ")
+    assert chosen.choice == "最新的那个（按文件时间）"
     assert f"2025011: 交了 2 个 notebook，评 {chosen.source}：最新的那个" in warnings
     assert "CHOICES=REPORT/choices.csv" in warnings
     with open(tmp_path / "report" / "choices.csv", newline="", encoding="utf-8-sig") as handle:
@@ -367,7 +367,7 @@ def test_two_notebooks_neither_named_like_the_assignment_grade_the_newest(tmp_pa
         write(tmp_path, sources[name], mtime=1_780_000_000 + (60 if name == newest else 0))
     with discover(tmp_path) as intake:
         [chosen] = intake.submissions
-    assert chosen.source == sources[newest] and chosen.choice.startswith("最新的那个（文件时间 ")
+    assert chosen.source == sources[newest] and chosen.choice == "最新的那个（按文件时间）"
 
 
 def test_two_notebooks_of_one_student_at_the_same_time_are_neither_graded(tmp_path):

@@ -163,7 +163,7 @@ def choose(copies: list[tuple[dict, str, float]]) -> tuple[int | None, str]:
     The newest is graded: the student's last submission is the one an LMS keeps as final and
     the one an instructor expects (issue 40: a draft named like the assignment's notebook beat
     the later `…_final.ipynb`). Newest by the export's own time (the LMS's submission time,
-    nbgrader's timestamp.txt), else the file's time (a zip keeps the time it was uploaded with);
+    nbgrader's timestamp.txt), else the file's time (the time a zip records for it);
     only where the times are equal does the name decide (the one named like the assignment's
     notebook, then the later copy: "x (1)" is made after "x"). The order of names never decides.
     """
@@ -174,10 +174,11 @@ def choose(copies: list[tuple[dict, str, float]]) -> tuple[int | None, str]:
     if best == second:
         return None, "时间相同，名字也分不出先后"
     decided = next(k for k, (a, b) in enumerate(zip(best, second)) if a != b)
-    reading, _, mtime = copies[ranked[0]]
+    # No time in the rule: intake.csv's rows are a shard's fingerprint (`cluster/shard.py`), the
+    # same on machines in other time zones; choices.csv lists each file's time.
     return ranked[0], [
-        f"最新提交的那个（导出里的提交时间 {stamp(reading.get('when'))}）",
-        f"最新的那个（文件时间 {stamp(datetime.fromtimestamp(mtime))}）",
+        "最新提交的那个（按导出里写明的提交时间）",
+        "最新的那个（按文件时间）",
         "与作业 notebook 同名的那个（文件时间相同）",
         "副本编号最大的那个（文件时间相同；“x (1)” 晚于 “x”）",
     ][decided]
