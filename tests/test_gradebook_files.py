@@ -220,6 +220,19 @@ def test_summary_says_which_roster_rows_share_a_name_and_what_tells_them_apart(t
     assert "<学号>_<姓名>.ipynb" in text
 
 
+def test_summary_says_in_chinese_which_of_a_students_notebooks_was_graded(tmp_path):
+    export = tmp_path / "export"
+    write(export, "2025001_张三_草稿.ipynb", mtime=1_780_000_000)
+    write(export, "2025001_张三_final.ipynb", mtime=1_780_090_000)
+    roster = write(tmp_path, "roster.csv", "学号,姓名\n2025001,张三\n")
+    with discover(export, roster=roster) as intake:
+        summary.write_summary(tmp_path / "summary.html", [], COLUMNS, intake=intake)
+    text = page_text((tmp_path / "summary.html").read_text(encoding="utf-8"))
+    assert "2025001: 交了 2 个 notebook，评 2025001_张三_final.ipynb：最新的那个（按文件时间）" in text
+    assert "没评：2025001_张三_草稿.ipynb" in text and "CHOICES=REPORT/choices.csv" in text
+    assert re.search(r"同一学生的另一个 notebook.*\s1\s+2025001_张三_草稿\.ipynb", text)
+
+
 def test_a_regrade_replaces_ids_of_files_now_read_under_another(tmp_path):
     export = tmp_path / "export"
     moodle = moodle_path(moodle_prefix("Wang Wu", 12347), NOTEBOOK)
