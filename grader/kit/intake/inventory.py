@@ -33,10 +33,19 @@ from pathlib import Path
 
 from ..errors import IntakeError
 from . import layouts
-from .choices import NAME as CHOICES
-from .choices import Choice, pick, read_choices, unused, write_choices
 from .collector import ExportCollector
-from .identify import choose, identify, stamp, when_of
+from .identify import CHOICES_FILE as CHOICES
+from .identify import (
+    Choice,
+    choose,
+    identify,
+    pick,
+    read_choices,
+    stamp,
+    unused,
+    when_of,
+    write_choices,
+)
 from .roster import Roster
 from .unpack import extract, walk
 
@@ -155,7 +164,7 @@ class Intake:
 
     def write_csv(self, path: Path, statuses: dict[str, str] | None = None) -> None:
         """Every input file, one row: file, student_id, outcome, why, late (UTF-8 with a BOM);
-        and beside it choices.csv, when a student handed in several notebooks (`choices.py`).
+        and beside it choices.csv, when a student handed in several notebooks (`identify.read_choices`).
 
         `statuses` maps a student_id to its grading status; without it an outcome is "to grade".
         """
@@ -192,7 +201,7 @@ def discover(path, roster=None, pattern: str | None = None, choices=None) -> Int
 
     `roster` is a path to a roster CSV (see `Roster.read`), `pattern` a regex with a
     `student_id` group, `choices` a path to the instructor's choices among a student's notebooks
-    (`choices.py`). Raises IntakeError for a missing input, a damaged top-level zip, a bad
+    (`identify.read_choices`). Raises IntakeError for a missing input, a damaged top-level zip, a bad
     roster, pattern or choices file.
     """
     path = Path(path)
