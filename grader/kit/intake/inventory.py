@@ -51,6 +51,7 @@ from .unpack import extract, walk
 
 UNKNOWN = "student unknown"
 NOT_GRADED = "not graded"
+UNDECIDED = "都没有评分"  # a student's notebooks that nothing tells apart
 
 
 @dataclass
@@ -319,7 +320,7 @@ def keep_one(student_id: str, copies: list, intake: Intake, choice: Choice | Non
     intake.several.append(candidates_row(student_id, copies, times, index, rule, intake.roster))
     if index is None:
         for _, s in copies:
-            why = f"{student_id} 交了 {len(copies)} 个 notebook，{rule}：都没有评分。{HOW_TO_CHOOSE}"
+            why = f"{student_id} 交了 {len(copies)} 个 notebook，{rule}：{UNDECIDED}。{HOW_TO_CHOOSE}"
             intake.skipped.append(Skipped(s.source, why, student_id, late=s.late))
         return
     chosen = copies[index][1]

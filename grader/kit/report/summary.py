@@ -16,6 +16,7 @@ from .. import paths
 from ..authoring.checkcells import check_label
 from ..authoring.nbsource import PARTS, part_of, todo_number
 from ..faults import lines as faultlines
+from ..intake.inventory import UNDECIDED
 from .formats import esc, html_page
 from .scores import MISSING, is_grade, num, todo_columns
 
@@ -146,7 +147,9 @@ def reason_of(skipped) -> str:
     if skipped.debris:
         return "operating-system debris or bookkeeping"
     if skipped.graded_instead:
-        return "同一学生的另一个 notebook（评了更新的那个，见下面的备注）/ another notebook of a graded student"
+        return "同一学生的另一个 notebook（评的是哪个、为什么，见下面的备注）/ another notebook of a graded student"
+    if UNDECIDED in skipped.why:
+        return f"同一学生的几个 notebook 分不出先后，{UNDECIDED} / several notebooks of a student, none chosen"
     return skipped.why.split(" (")[0].split(": ")[0]
 
 
