@@ -82,14 +82,14 @@ examples: $(STAMP) sandbox build/grading-course/gradebook.db
 # Who would be graded, under which id, from which file and why (REPORT/intake.csv); grades nothing.
 # Exits non-zero when no file could be tied to a known student.
 intake: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make intake SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>]" >&2; exit 2; }
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make intake SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [CHOICES=<choices.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>]" >&2; exit 2; }
 	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --intake-only \
-	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
+	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(CHOICES),--choices "$(CHOICES)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 autograde: $(STAMP) sandbox build/grading-course/gradebook.db
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>] [LMS=auto|all|canvas|moodle|none] [CELL_TIMEOUT=<s>] [NOTEBOOK_TIMEOUT=<s>] [MEMORY_GB=<GiB>] [SHARD=K/N]" >&2; exit 2; }
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make autograde SUBMISSIONS=<folder or .zip> [ROSTER=<roster.csv>] [CHOICES=<choices.csv>] [NAME_PATTERN='<regex with (?P<student_id>...)>'] [REPORT=<folder>] [LMS=auto|all|canvas|moodle|none] [CELL_TIMEOUT=<s>] [NOTEBOOK_TIMEOUT=<s>] [MEMORY_GB=<GiB>] [SHARD=K/N]" >&2; exit 2; }
 	$(PY) -m grader.kit.autograde "$(SUBMISSIONS)" --report "$(REPORT)" --jobs $(JOBS) --lms "$(LMS)" $(LIMIT_FLAGS) $(if $(SHARD),--shard $(SHARD)) \
-	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
+	  $(if $(ROSTER),--roster "$(ROSTER)") $(if $(CHOICES),--choices "$(CHOICES)") $(if $(value NAME_PATTERN),--name-pattern "$$CH34_NAME_PATTERN")
 
 # The reports of `make autograde SHARD=K/N` (one a shard, e.g. on a cluster: deploy/, docs/cluster.md)
 # merged into the one report a single run writes. Exits 5 naming the students of a missing shard.

@@ -163,7 +163,7 @@ def test_a_feedback_page_shows_the_final_numbers_beside_the_graded_and_names_the
     scores = {g: (0.0, p) for g, p in COLUMNS}
     final = {"score": "4", PARTS[0].key: "4", f"todo{PARTS[0].todos[0]}": "4"}
     overrides = [{"column": "score", "value": "4", "note": "人工复核"}]
-    files = ("b/ch34_prefix_cache.ipynb", ["b/draft.ipynb"], "the one named like the assignment's")
+    files = ("b/ch34_prefix_cache.ipynb", ["b/draft.ipynb"], "最新的那个（按文件时间）")
     page = feedback.render(
         "lisi", nbformat.v4.new_notebook(), scores, overrides=overrides, final=final, files=files
     )
@@ -173,6 +173,7 @@ def test_a_feedback_page_shows_the_final_numbers_beside_the_graded_and_names_the
     assert (
         "评分的文件： b/ch34_prefix_cache.ipynb" in text
         and "没有评分的文件： b/draft.ipynb" in text
+        and "评分的是最新的那个（按文件时间）" in text
     )
     plain = page_text(feedback.render("lisi", nbformat.v4.new_notebook(), scores))
     assert f"lisi：0 / {fmt(COUNTED)}" in plain and "自动评分" not in plain
@@ -206,6 +207,30 @@ def test_summary_lists_files_not_graded_missing_students_late_and_notes(tmp_path
     assert re.search(r"not a notebook\s+1\s+readme\.pdf", text)
     assert "roster students with no submission: 1" in text and "2025002 李四" in text
     assert "notebook(s) of no known student are not graded" in text
+
+
+def test_summary_says_which_roster_rows_share_a_name_and_what_tells_them_apart(tmp_path):
+    export = tmp_path / "export"
+    write(export, "王伟.ipynb")
+    roster = write(tmp_path, "roster.csv", "学号,姓名\n2025011,王伟\n2025012,王伟\n")
+    with discover(export, roster=roster) as intake:
+        summary.write_summary(tmp_path / "summary.html", [], COLUMNS, intake=intake)
+    text = page_text((tmp_path / "summary.html").read_text(encoding="utf-8"))
+    assert "第 2 行（2025011，王伟）、第 3 行（2025012，王伟）" in text
+    assert "<学号>_<姓名>.ipynb" in text
+
+
+def test_summary_says_in_chinese_which_of_a_students_notebooks_was_graded(tmp_path):
+    export = tmp_path / "export"
+    write(export, "2025001_张三_草稿.ipynb", mtime=1_780_000_000)
+    write(export, "2025001_张三_final.ipynb", mtime=1_780_090_000)
+    roster = write(tmp_path, "roster.csv", "学号,姓名\n2025001,张三\n")
+    with discover(export, roster=roster) as intake:
+        summary.write_summary(tmp_path / "summary.html", [], COLUMNS, intake=intake)
+    text = page_text((tmp_path / "summary.html").read_text(encoding="utf-8"))
+    assert "2025001: 交了 2 个 notebook，评 2025001_张三_final.ipynb：最新的那个（按文件时间）" in text
+    assert "没评：2025001_张三_草稿.ipynb" in text and "CHOICES=REPORT/choices.csv" in text
+    assert re.search(r"同一学生的另一个 notebook.*\s1\s+2025001_张三_草稿\.ipynb", text)
 
 
 def test_a_regrade_replaces_ids_of_files_now_read_under_another(tmp_path):

@@ -4,7 +4,7 @@ report as it was, a graded row is not replaced by a status that is no grade, and
 interrupted run keeps what it graded while the same command finishes the rest.
 
 One real batch (`accidents`: a correct notebook, the catalogue's representative crash, a
-syntax error) is shared by the cheap tests; the whole crash catalogue
+syntax error, an endless loop in TODO 4) is shared by the cheap tests; the whole crash catalogue
 (`tests/fixtures/faults_crash.py`) is heavy.
 """
 
@@ -38,6 +38,7 @@ from tests.conftest import (
 )
 from tests.fixtures import faults_crash
 from tests.fixtures.adversarial import ATTACK_LIMITS, another_assignment
+from tests.fixtures.faults_hang import hang_fault
 from tests.test_adversarial import wait_for_no_process_with
 from tests.test_grader_faults import snapshot
 
@@ -46,6 +47,8 @@ DIES_WHEN_RUN_AGAIN = (
 )
 # Columns that name the file or the run, not what the notebook earned.
 RUN_COLUMNS = {"student_id", "source", "late", "reason"}
+# A loop the time boxes end (the kernel lives on): issue 40's student whose reason was empty.
+LOOP = hang_fault("endless-loop", 4, "match_prefix")
 
 
 def syntax_error(release, solutions):
@@ -77,6 +80,7 @@ def accidents(fresh_build, tmp_path_factory):
     nbformat.write(crash, submissions / "bob.ipynb")
     broken, line = syntax_error(release, solutions)
     nbformat.write(broken, submissions / "carol.ipynb")
+    nbformat.write(filled_submission(release, solutions, LOOP.edits), submissions / "erin.ipynb")
     course = fresh_build / "build" / "grading-course"
     run, rows = autograde(submissions, root / "report", course)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -94,6 +98,22 @@ def accidents(fresh_build, tmp_path_factory):
 
 def page(report, student_id) -> str:
     return (report / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
+
+
+def test_a_looping_todo_is_listed_with_the_hung_and_crashed_ones_in_chinese(accidents):
+    """Issue 40: the loop the time boxes end has a reason (which TODO, which checks, the limit)
+    in grades.csv, and is listed with bob's crash on the console and in summary.html."""
+    erin = accidents["rows"]["erin"]
+    assert erin["status"] == "graded", erin["reason"]
+    assert lost_checks(erin, accidents["release"]) == set(LOOP.loses)
+    said = f"TODO 4 超时：检查 {'、'.join(LOOP.loses)} 各在时间上限 4 秒内没有返回"
+    assert said in erin["reason"] and "停在 match_prefix 的第" in erin["reason"], erin["reason"]
+    console = accidents["run"].stdout.split("graded around a TODO that hung", 1)[1]
+    assert re.search(r"^  erin: TODO 4 超时：", console, re.M), console
+    assert re.search(r"^  bob: TODO 12 ended the kernel", console, re.M), console
+    summary = (accidents["report"] / "summary.html").read_text(encoding="utf-8")
+    hung = summary.split("TODOs that hung, crashed or did not run", 1)[1].split("<h2>", 1)[0]
+    assert "<td>erin</td>" in hung and said in hung and "<td>bob</td>" in hung
 
 
 def test_a_kernel_ended_by_os_exit_costs_only_the_todo_that_ended_it(accidents):

@@ -36,9 +36,11 @@ a*b?,,,
 
 
 def make_zip(path, members: dict):
+    """A zip of `members` (name: text), every member with one time: the newest is never a
+    matter of which second the test wrote it in."""
     with zipfile.ZipFile(path, "w") as zipped:
         for name, text in members.items():
-            zipped.writestr(name, text)
+            zipped.writestr(zipfile.ZipInfo(name, date_time=(2026, 12, 1, 8, 0, 0)), text)
     return path
 
 
@@ -208,7 +210,8 @@ def test_newest_duplicate_is_graded_and_the_older_recorded(tmp_path):
         ),
     }
     assert skipped["a/2023003.ipynb"] == (
-        "another notebook of 2023003: graded a/2023003 (1).ipynb instead (the newest)"
+        "2023003 的另一个 notebook，没有评分：评的是 a/2023003 (1).ipynb，"
+        "副本编号最大的那个（文件时间相同；“x (1)” 晚于 “x”）"
     )
 
 
@@ -413,10 +416,11 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
         "b.zip/ch34 作业.ipynb": "student unknown",
     }
     not_graded = {
-        draft: "another notebook of 2023002: graded "
-        "canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb instead "
-        "(the one named like the assignment's notebook)",
-        "2023003.ipynb": "another notebook of 2023003: graded 2023003 (1).ipynb instead (the newest)",
+        draft: "2023002 的另一个 notebook，没有评分：评的是 "
+        "canvas.zip/lisi_LATE_123457_7890124_ch34_prefix_cache.ipynb，"
+        "与作业 notebook 同名的那个（文件时间相同）",
+        "2023003.ipynb": "2023003 的另一个 notebook，没有评分：评的是 2023003 (1).ipynb，"
+        "副本编号最大的那个（文件时间相同；“x (1)” 晚于 “x”）",
         "._2023001.ipynb": "operating-system debris",
         "moodle.zip/__MACOSX/Wang Wu_12347_assignsubmission_file_/._ch34_prefix_cache.ipynb": (
             "operating-system debris"

@@ -22,7 +22,7 @@ from tests.test_lms_exports import (
 )
 
 
-def make_intake(tmp_path, export, roster_text=None):
+def make_intake(tmp_path, export, roster_text=None, choices=None):
     report = tmp_path / "report"
     command = [
         "make", "-s", "intake", "STAMP=", f"PY={sys.executable}",
@@ -30,6 +30,8 @@ def make_intake(tmp_path, export, roster_text=None):
     ]  # fmt: skip
     if roster_text:
         command.append(f"ROSTER={write(tmp_path, 'roster.csv', roster_text)}")
+    if choices:
+        command.append(f"CHOICES={choices}")
     run = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     rows = []
     if (report / "intake.csv").exists():
@@ -150,3 +152,31 @@ def test_make_intake_lists_roster_students_with_no_notebook(tmp_path):
     run, _ = make_intake(tmp_path, export, CLASS)
     assert run.returncode == 0, run.stderr
     assert "no notebook from 4 roster student(s): 2025002 李四" in run.stdout
+
+
+def test_make_intake_writes_the_choices_file_and_choices_grade_another_notebook(tmp_path):
+    """Issue 40: `make intake` writes REPORT/choices.csv for a student with two notebooks; the
+    same file, edited, passed as CHOICES= makes the other one the graded one."""
+    export = tmp_path / "export"
+    draft = moodle_path(moodle_prefix("王伟", 30101), NOTEBOOK)
+    final = moodle_path(moodle_prefix("王伟", 30101), "ch34_prefix_cache_final.ipynb")
+    write(export, draft, mtime=1_780_000_000)
+    write(export, final, mtime=1_780_090_000)
+    run, rows = make_intake(tmp_path, export)
+    assert run.returncode == 0, run.stderr
+    assert f"30101: 交了 2 个 notebook，评 {final}：最新的那个" in run.stdout
+    assert rows[draft]["outcome"] == "not graded"
+    choices = tmp_path / "report" / "choices.csv"
+    with open(choices, newline="", encoding="utf-8-sig") as handle:
+        [row] = list(csv.DictReader(handle))
+    assert row["文件"] == final
+    row["文件"] = draft  # the instructor's edit, saved by Excel
+    with open(choices, "w", newline="", encoding="gbk") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    run, rows = make_intake(tmp_path, export, choices=choices)
+    assert run.returncode == 0, run.stderr
+    assert rows[draft]["outcome"] == "to grade"
+    assert "老师在" in rows[draft]["why"]
+    assert rows[final]["outcome"] == "not graded"

@@ -10,6 +10,7 @@ Blackboard's, Brightspace's and Gradescope's naming follow their downloads as nb
 documentation and the LMSs' help pages show them.
 """
 
+import csv
 import re
 import zipfile
 
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from grader.kit.errors import IntakeError
 from grader.kit.intake.inventory import discover
 from tests.conftest import NB, write
 
@@ -265,8 +267,80 @@ def test_a_chinese_classs_named_files_are_tied_to_the_roster(tmp_path):
             "2025003王小明.ipynb": "2025003",
         }
         whys = unknown(intake)
-    assert "shared by 2025004, 2025005" in whys["王芳.ipynb"]
+    assert "第 5 行（2025004，王芳）、第 6 行（2025005，王芳）" in whys["王芳.ipynb"]
+    assert "<学号>_<姓名>.ipynb" in whys["王芳.ipynb"]  # what tells them apart: the id in the name
     assert "more than one roster student" in whys["2025001_李四.ipynb"]
+
+
+def test_two_students_named_alike_in_a_moodle_export_are_told_apart_by_the_participant_number(
+    tmp_path,
+):
+    """Issue 40: a Moodle export with two 王伟 and the school's GBK roster (学号,姓名,班级,邮箱)."""
+    export = tmp_path / "export"
+    for number in (30101, 30102):
+        write(export, moodle_path(moodle_prefix("王伟", number), NOTEBOOK))
+    school = "学号,姓名,班级,邮箱\n2025011,王伟,计科1班,ww11@x.edu\n2025012,王伟,计科2班,ww12@x.edu\n"
+    (tmp_path / "roster.csv").write_bytes(school.encode("gbk"))
+    with discover(export, roster=tmp_path / "roster.csv") as intake:
+        assert graded(intake) == {}
+        whys = unknown(intake)
+    why = whys[f"王伟_30101_assignsubmission_file/{NOTEBOOK}"]
+    assert "第 2 行（2025011，王伟，ww11@x.edu）、第 3 行（2025012，王伟，ww12@x.edu）" in why
+    assert "Moodle 的参与者编号" in why and "30101" in why and "lms_user_id" in why
+    # What the message says to do: the participant number as a roster column.
+    numbered = "学号,姓名,班级,邮箱,Participant number\n2025011,王伟,计科1班,ww11@x.edu,30102\n"
+    numbered += "2025012,王伟,计科2班,ww12@x.edu,30101\n"
+    (tmp_path / "roster.csv").write_bytes(numbered.encode("gbk"))
+    with discover(export, roster=tmp_path / "roster.csv") as intake:
+        assert graded(intake) == {
+            f"王伟_30101_assignsubmission_file/{NOTEBOOK}": "2025012",
+            f"王伟_30102_assignsubmission_file/{NOTEBOOK}": "2025011",
+        }
+
+
+def test_a_students_newer_final_notebook_beats_his_older_draft_named_like_the_assignment(tmp_path):
+    """Issue 40: the draft `ch34_prefix_cache.ipynb` (older) and `…_final.ipynb` (newer) in
+    one Moodle submission: the newer is graded, and the choice is said in Chinese with how to
+    grade the other (choices.csv, written ready to edit)."""
+    folder = moodle_prefix("王伟", 30101) + "_assignsubmission_file"
+    write(tmp_path / "export", f"{folder}/{NOTEBOOK}", mtime=1_780_000_000)
+    write(tmp_path / "export", f"{folder}/ch34_prefix_cache_final.ipynb", mtime=1_780_090_000)
+    roster_csv = roster(tmp_path, "学号,姓名,lms_user_id\n2025011,王伟,30101\n")
+    with discover(tmp_path / "export", roster=roster_csv) as intake:
+        [chosen] = intake.submissions
+        intake.write_csv(tmp_path / "report" / "intake.csv")
+        warnings = intake.warnings()
+    assert chosen.source == f"{folder}/ch34_prefix_cache_final.ipynb"
+    assert chosen.choice == "最新的那个（按文件时间）"
+    assert f"2025011: 交了 2 个 notebook，评 {chosen.source}：最新的那个" in warnings
+    assert "CHOICES=REPORT/choices.csv" in warnings
+    with open(tmp_path / "report" / "choices.csv", newline="", encoding="utf-8-sig") as handle:
+        [row] = list(csv.DictReader(handle))
+    assert (row["学号"], row["姓名"], row["文件"]) == ("2025011", "王伟", chosen.source)
+    assert f"{folder}/{NOTEBOOK}（文件时间 " in row["可选的文件（时间）"]
+    # The instructor grades the draft instead: its name alone is enough, and the choice is said.
+    choices = write(tmp_path, "choices.csv", f"学号,文件\n2025011,{NOTEBOOK}\n")
+    with discover(tmp_path / "export", roster=roster_csv, choices=choices) as intake:
+        [chosen] = intake.submissions
+    assert chosen.source == f"{folder}/{NOTEBOOK}"
+    assert chosen.choice.startswith(f"老师在 {choices} 第 2 行")
+
+
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("2025011,draft.ipynb", "2025011 没有叫这个名字的 notebook；他的 notebook："),
+        ("2025099,ch34_prefix_cache.ipynb", "这份导出里没有学号 2025099 的 notebook"),
+        ("2025011", "both 学号 and 文件 are needed"),
+    ],
+)
+def test_a_choice_that_names_no_notebook_of_the_student_says_what_to_fix(tmp_path, line, says):
+    write(tmp_path / "export", "2025011/ch34_prefix_cache.ipynb")
+    write(tmp_path / "export", "2025011/ch34_prefix_cache_final.ipynb")
+    choices = tmp_path / "choices.csv"
+    choices.write_bytes(f"学号,文件\n{line}\n".encode("gbk"))  # as Excel saves it in China
+    with pytest.raises(IntakeError, match=re.escape(says)):
+        discover(tmp_path / "export", choices=choices).close()
 
 
 def test_two_notebooks_from_one_student_grade_the_one_named_like_the_assignment(tmp_path):
@@ -278,10 +352,10 @@ def test_two_notebooks_from_one_student_grade_the_one_named_like_the_assignment(
     with discover(tmp_path) as intake:
         [chosen] = intake.submissions
         assert chosen.source == good and chosen.superseded == [draft]
-        assert "named like the assignment's notebook" in chosen.choice
+        assert chosen.choice == "与作业 notebook 同名的那个（文件时间相同）"
         rows = {row[0]: row for row in intake.rows()}
-        assert "named like the assignment" in intake.warnings()
-    assert "another notebook of 123457" in rows[draft][3] and rows[draft][2] == "not graded"
+        assert f"123457: 交了 2 个 notebook，评 {good}：与作业 notebook 同名的那个" in intake.warnings()
+    assert "123457 的另一个 notebook" in rows[draft][3] and rows[draft][2] == "not graded"
     assert draft in rows[good][3], "intake.csv names the files not graded"
 
 
@@ -293,7 +367,7 @@ def test_two_notebooks_neither_named_like_the_assignment_grade_the_newest(tmp_pa
         write(tmp_path, sources[name], mtime=1_780_000_000 + (60 if name == newest else 0))
     with discover(tmp_path) as intake:
         [chosen] = intake.submissions
-    assert chosen.source == sources[newest] and "the newest" in chosen.choice
+    assert chosen.source == sources[newest] and chosen.choice == "最新的那个（按文件时间）"
 
 
 def test_two_notebooks_of_one_student_at_the_same_time_are_neither_graded(tmp_path):
@@ -302,7 +376,7 @@ def test_two_notebooks_of_one_student_at_the_same_time_are_neither_graded(tmp_pa
     write(tmp_path, canvas_file("li, si", 7, 2, "part2.ipynb"), mtime=same)
     with discover(tmp_path) as intake:
         assert intake.submissions == []
-        assert all("none is graded" in s.why for s in intake.skipped)
+        assert all("都没有评分" in s.why and "choices.csv" in s.why for s in intake.skipped)
 
 
 def test_generic_names_of_different_students_are_never_merged(tmp_path):

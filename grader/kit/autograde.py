@@ -73,7 +73,10 @@ def main(argv=None) -> int:
     try:
         from .intake.inventory import discover  # once the zygote has started: see the imports
 
-        with discover(args.submissions, roster=args.roster, pattern=args.name_pattern) as intake:
+        found = discover(
+            args.submissions, roster=args.roster, pattern=args.name_pattern, choices=args.choices
+        )
+        with found as intake:
             if args.shard:  # the whole export read, then this shard's part kept (cluster/shard.py)
                 intake = shard_part(intake, args)
             if args.intake_only:
@@ -106,6 +109,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--name-pattern",
         help="regex for file names with a (?P<student_id>...) group, optional late/timestamp",
+    )
+    parser.add_argument(
+        "--choices",
+        type=Path,
+        help="CSV 学号,文件: which notebook to grade of a student who handed in several "
+        "(REPORT/choices.csv, written by every intake, is ready to edit)",
     )
     parser.add_argument(
         "--report", type=Path, default=Path("report"), help="where grades.csv and feedback/ go"

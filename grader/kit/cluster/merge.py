@@ -67,7 +67,11 @@ def merge(report: Path, folders: list[Path], course: Path | None = None) -> int:
     first = next(iter(manifests.values()))[1]
     course = Path(course or first.get("course") or REPO_ROOT / GRADING_COURSE)
     roster = Path(first["roster"]) if first["roster"] else None
-    with discover(Path(first["export"]), roster=roster, pattern=first["name_pattern"]) as intake:
+    choices = first.get("choices")  # the instructor's choice among a student's notebooks
+    found = discover(
+        Path(first["export"]), roster=roster, pattern=first["name_pattern"], choices=choices
+    )
+    with found as intake:
         absent = [str(f) for f in folders if not f.exists()]
         outcomes = gather(intake, manifests, first["shards"], absent)
         write_report(report, intake, outcomes, course, first["lms"])

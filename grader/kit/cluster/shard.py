@@ -99,6 +99,7 @@ def write_manifest(report_dir: Path, intake, args, k: int, n: int) -> None:
         "export": str(Path(args.submissions).resolve()),
         "roster": str(Path(args.roster).resolve()) if args.roster else None,
         "name_pattern": args.name_pattern,
+        "choices": str(Path(args.choices).resolve()) if args.choices else None,
         "lms": args.lms,
         "course": str(Path(args.course).resolve()),
         "fingerprint": fingerprint(intake),

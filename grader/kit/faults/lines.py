@@ -9,12 +9,16 @@ from __future__ import annotations
 import re
 
 from ..report.formats import esc
+from .boxes import REASON_HEAD
 from .kinds import KINDS
 
 # The lines of a `reason` that name a TODO (or another cell) that hung or crashed
-# (`faults.summary`), or an answer cell that did not run (`causes.CellError.reason`).
+# (`faults.summary`), an answer cell that did not run (`causes.CellError.reason`), or a TODO
+# whose checks ran out of their time boxes (`boxes.BoxTimeout.reason`).
 _ENDS = "|".join(re.escape(what.split("{")[0].strip()) for what, _ in KINDS.values())
-FAULT_LINE = re.compile(rf"^((TODO \d+|cell \S+) ({_ENDS})|the TODO [\d, -]+ cell .* did not run)")
+FAULT_LINE = re.compile(
+    rf"^((TODO \d+|cell \S+) ({_ENDS})|the TODO [\d, -]+ cell .* did not run|TODO \d+ {REASON_HEAD})"
+)
 
 
 def fault_lines(reason: str) -> list[str]:

@@ -28,6 +28,7 @@ from nbformat import NotebookNode
 from nbgrader.preprocessors import Execute
 
 from ..authoring.nbsource import nbgrader_meta, todo_number
+from .boxes import BoxTimeout, timed_out_checks
 from .causes import CellError, definition_errors
 from .kinds import KernelFault, kind_of_death, oom_kill_count
 
@@ -40,7 +41,9 @@ class ResumingExecute(Execute):
     """Execute every cell; on a dead or unstoppable kernel, record and resume (module docstring)."""
 
     faults: list[KernelFault] = []  # of the last notebook this process ran
-    causes: list[CellError] = []  # its answer cells that did not run (`faults/causes.py`)
+    # its answer cells that did not run (`causes.py`), then its TODOs whose checks ran out of
+    # their time boxes (`boxes.py`): each has the `reason` line grades.csv gets
+    causes: list[CellError | BoxTimeout] = []
     cgroups: tuple = ()  # the submission's cgroups, where the memory killer's count is read
     _failed_restore: int | None = None  # the cell whose re-run ended the kernel
 
@@ -56,7 +59,7 @@ class ResumingExecute(Execute):
                 raise DeadKernelError(f"the kernel ended {len(skipped)} times")
             start = self._run_from(start, resources, skipped)
         self.set_widgets_metadata()
-        type(self).causes = definition_errors(self.nb)
+        type(self).causes = [*definition_errors(self.nb), *timed_out_checks(self.nb)]
         return self.nb, self.resources
 
     def _run_from(self, start: int, resources, skipped: set[int]) -> int | None:

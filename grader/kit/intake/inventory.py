@@ -28,17 +28,30 @@ import shutil
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from ..errors import IntakeError
 from . import layouts
 from .collector import ExportCollector
-from .identify import choose, identify, when_of
+from .identify import CHOICES_FILE as CHOICES
+from .identify import (
+    Choice,
+    choose,
+    identify,
+    pick,
+    read_choices,
+    stamp,
+    unused,
+    when_of,
+    write_choices,
+)
 from .roster import Roster
 from .unpack import extract, walk
 
 UNKNOWN = "student unknown"
 NOT_GRADED = "not graded"
+UNDECIDED = "都没有评分"  # a student's notebooks that nothing tells apart
 
 
 @dataclass
@@ -53,7 +66,17 @@ class Submission:
     layout: str = "plain"  # the rule that named it: NAME_PATTERN, nbgrader, Moodle, Canvas, ...
     note: str = ""  # what the instructor should check (an ambiguity, a team)
     why: str = ""  # how the student was told
-    choice: str = ""  # with several notebooks: the rule that chose this one
+    choice: str = ""  # with several notebooks: the rule that chose this one (Chinese)
+
+    @property
+    def choice_text(self) -> str:
+        """With several notebooks: which was graded, by what rule, which not, how to choose another."""
+        if not self.choice:
+            return ""
+        return (
+            f"交了 {len(self.superseded) + 1} 个 notebook，评 {self.source}：{self.choice}；没评："
+            f"{'、'.join(self.superseded)}。{HOW_TO_CHOOSE}"
+        )
 
 
 @dataclass
@@ -66,6 +89,7 @@ class Skipped:
     debris: bool = False
     outcome: str = NOT_GRADED  # or UNKNOWN: a notebook whose student cannot be told
     late: bool = False
+    graded_instead: str = ""  # another notebook of the same student, graded instead of this one
 
 
 @dataclass
@@ -77,6 +101,7 @@ class Intake:
     scratch: Path  # where zips were extracted
     keyed_by_lms_number: int = 0  # Moodle/Canvas submissions named without a roster
     roster: Roster | None = None
+    several: list[dict] = field(default_factory=list)  # choices.csv's rows (`choices.COLUMNS`)
 
     def close(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -108,9 +133,10 @@ class Intake:
         return "\n".join([head + (":" if lines else ""), *lines])
 
     def warnings(self) -> str:
-        """Lines for the instructor: ambiguities, teams, files of no known student, LMS numbers."""
+        """Lines for the instructor: ambiguities, teams, the choice among a student's notebooks,
+        files of no known student, LMS numbers."""
         lines = [f"  {s.source}: {s.note}" for s in self.submissions if s.note]
-        lines += [f"  {s.student_id}: {s.choice}" for s in self.submissions if s.choice]
+        lines += [f"  {s.student_id}: {s.choice_text}" for s in self.submissions if s.choice]
         if self.unknown():
             lines.append(
                 f"  {len(self.unknown())} notebook(s) of no known student are not graded "
@@ -128,7 +154,7 @@ class Intake:
         statuses = statuses or {}
         rows = []
         for s in self.submissions:
-            why = "; ".join(x for x in (s.why or s.layout, s.choice, s.note) if x)
+            why = "; ".join(x for x in (s.why or s.layout, s.choice_text, s.note) if x)
             outcome = statuses.get(s.student_id, "to grade")
             rows.append((s.source, s.student_id, outcome, why, "yes" if s.late else "no"))
         rows += [
@@ -138,10 +164,12 @@ class Intake:
         return sorted(rows)
 
     def write_csv(self, path: Path, statuses: dict[str, str] | None = None) -> None:
-        """Every input file, one row: file, student_id, outcome, why, late (UTF-8 with a BOM).
+        """Every input file, one row: file, student_id, outcome, why, late (UTF-8 with a BOM);
+        and beside it choices.csv, when a student handed in several notebooks (`identify.read_choices`).
 
         `statuses` maps a student_id to its grading status; without it an outcome is "to grade".
         """
+        write_choices(path.with_name(CHOICES), self.several)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="", encoding="utf-8-sig") as handle:
             writer = csv.writer(handle)
@@ -152,7 +180,7 @@ class Intake:
         """Who will be graded, under which id, from which file and why; then the files not graded."""
         lines = [f"{'student_id':<20} {'late':<4} file  (why)", "-" * 78]
         for s in sorted(self.submissions, key=lambda s: s.student_id):
-            why = "; ".join(x for x in (s.why or s.layout, s.choice, s.note) if x)
+            why = "; ".join(x for x in (s.why or s.layout, s.choice_text, s.note) if x)
             lines.append(f"{s.student_id:<20} {'yes' if s.late else '':<4} {s.source}  ({why})")
         for s in self.unknown():
             lines.append(f"{'?':<20} {'yes' if s.late else '':<4} {s.source}  ({UNKNOWN}: {s.why})")
@@ -169,12 +197,13 @@ class Intake:
         return "\n".join(lines)
 
 
-def discover(path, roster=None, pattern: str | None = None) -> Intake:
+def discover(path, roster=None, pattern: str | None = None, choices=None) -> Intake:
     """Find the submissions in `path` (a folder, a .zip or one .ipynb); the input is not modified.
 
     `roster` is a path to a roster CSV (see `Roster.read`), `pattern` a regex with a
-    `student_id` group. Raises IntakeError for a missing input, a damaged top-level zip, a bad
-    roster or a bad pattern.
+    `student_id` group, `choices` a path to the instructor's choices among a student's notebooks
+    (`identify.read_choices`). Raises IntakeError for a missing input, a damaged top-level zip, a bad
+    roster, pattern or choices file.
     """
     path = Path(path)
     if not path.exists():
@@ -183,6 +212,7 @@ def discover(path, roster=None, pattern: str | None = None) -> Intake:
             "pass SUBMISSIONS=<folder or .zip of the downloaded submissions>"
         )
     table = Roster.read(Path(roster)) if roster else None  # a RosterError is an IntakeError
+    chosen = read_choices(Path(choices)) if choices else {}
     collector = ExportCollector(pattern)
     intake = Intake([], [], Path(tempfile.mkdtemp(prefix="ch34-intake-")), roster=table)
     sink = Sink(intake.scratch)
@@ -202,7 +232,7 @@ def discover(path, roster=None, pattern: str | None = None) -> Intake:
         else:
             raise IntakeError(f"{path} is neither a folder, a .zip nor a .ipynb file")
         intake.skipped += sink.skipped
-        assign(sink, collector, table, intake)
+        assign(sink, collector, table, intake, chosen)
         for skipped, parts in sink.named:  # a text-only submission is still its student's
             if not skipped.why.startswith("not a notebook"):
                 continue
@@ -240,8 +270,11 @@ class Sink:
         return len(self.found)
 
 
-def assign(sink: Sink, collector: ExportCollector, roster: Roster | None, intake: Intake) -> None:
-    """Tie each notebook to its student (or to no one) and choose one notebook a student."""
+def assign(
+    sink: Sink, collector: ExportCollector, roster: Roster | None, intake: Intake, chosen: dict
+) -> None:
+    """Tie each notebook to its student (or to no one) and choose one notebook a student
+    (`chosen`: the instructor's `choices.Choice` by student_id)."""
     by_student: dict[str, list] = {}
     readings = [collector.read(parts, source, sink.gradescope) for _, source, parts in sink.found]
     teams = any(r["layout"] == "Moodle (team submission)" for r in readings)
@@ -262,32 +295,62 @@ def assign(sink: Sink, collector: ExportCollector, roster: Roster | None, intake
             identity.why,
         )  # fmt: skip
         by_student.setdefault(identity.student_id, []).append((reading, submission))
+    unused(chosen, set(by_student))
     for student_id in sorted(by_student):
-        keep_one(student_id, by_student[student_id], intake)
+        keep_one(student_id, by_student[student_id], intake, chosen.get(student_id))
 
 
-def keep_one(student_id: str, copies: list, intake: Intake) -> None:
-    """Grade one of a student's notebooks, by `identify.choose`; list the others with why."""
+HOW_TO_CHOOSE = (
+    "要评另一个：在 REPORT/choices.csv 的“文件”列写上它，加 CHOICES=REPORT/choices.csv 再运行"
+)
+
+
+def keep_one(student_id: str, copies: list, intake: Intake, choice: Choice | None) -> None:
+    """Grade one of a student's notebooks: the instructor's `choice`, else by `identify.choose`;
+    list the others with why, and the student in choices.csv."""
+    copies = sorted(copies, key=lambda copy: copy[1].source)  # the same rows whatever the walk
+    times = [(r, s.source, s.path.stat().st_mtime) for r, s in copies]
+    index, rule = choose(times)
+    if choice is not None:
+        index = pick(choice, [s.source for _, s in copies])
+        rule = f"老师在 {choice.where()} 指定的那个"
     if len(copies) == 1:
         intake.submissions.append(copies[0][1])
         return
-    index, rule = choose([(r, s.source, s.path.stat().st_mtime) for r, s in copies])
+    intake.several.append(candidates_row(student_id, copies, times, index, rule, intake.roster))
     if index is None:
         for _, s in copies:
-            why = (
-                f"{len(copies)} notebooks of {student_id}, {rule}: none is graded; keep one "
-                "(delete or rename the others) and run again"
-            )
+            why = f"{student_id} 交了 {len(copies)} 个 notebook，{rule}：{UNDECIDED}。{HOW_TO_CHOOSE}"
             intake.skipped.append(Skipped(s.source, why, student_id, late=s.late))
         return
     chosen = copies[index][1]
     others = [s for i, (_, s) in enumerate(copies) if i != index]
     chosen.superseded = [s.source for s in others]
-    chosen.choice = (
-        f"{len(copies)} notebooks: graded {chosen.source} ({rule}); not graded: "
-        + ", ".join(s.source for s in others)
-    )
+    chosen.choice = rule
     intake.submissions.append(chosen)
     for s in others:
-        why = f"another notebook of {student_id}: graded {chosen.source} instead ({rule})"
-        intake.skipped.append(Skipped(s.source, why, student_id, late=s.late))
+        why = f"{student_id} 的另一个 notebook，没有评分：评的是 {chosen.source}，{rule}"
+        intake.skipped.append(
+            Skipped(s.source, why, student_id, late=s.late, graded_instead=chosen.source)
+        )
+
+
+def candidates_row(student_id, copies, times, index, rule, roster) -> dict:
+    """choices.csv's row of a student with several notebooks (`choices.COLUMNS`)."""
+    rows = roster.rows if roster else []
+    name = next((r.get("name", "") for r in rows if r["student_id"] == student_id), "")
+    listed = [
+        f"{s.source}（{stamp(r.get('when')) + ' 提交' if r.get('when') else '文件时间 ' + stamp_of(mtime)}）"
+        for (_, s), (r, _, mtime) in zip(copies, times)
+    ]
+    return {
+        "学号": student_id,
+        "姓名": name,
+        "文件": copies[index][1].source if index is not None else "",
+        "可选的文件（时间）": " | ".join(listed),
+        "默认评分的依据": rule,
+    }
+
+
+def stamp_of(mtime: float) -> str:
+    return stamp(datetime.fromtimestamp(mtime))

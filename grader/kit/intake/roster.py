@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import RosterError, UnreadableCsv
@@ -115,6 +115,7 @@ class Roster:
     """The course's students: student_id, and optionally name, lms_user_id, username, email."""
 
     rows: list[dict]
+    lines: dict[str, int] = field(default_factory=dict)  # student_id -> its line in the CSV
 
     @classmethod
     def read(cls, path: Path) -> Roster:
@@ -138,6 +139,7 @@ class Roster:
             )
         at, columns = found
         rows = [person(line, columns) for line in lines[at + 1 :]]
+        numbers = {row["student_id"]: line for (line, _), row in zip(numbered[at + 1 :], rows)}
         for key in ("student_id", "lms_user_id", "username"):
             seen = {}
             for (line, _), row in zip(numbered[at + 1 :], rows):
@@ -149,7 +151,14 @@ class Roster:
                         f"roster {path}: {key} {value!r} appears on lines {seen[value]} and {line}"
                     )
                 seen[value] = line
-        return cls(rows)
+        return cls(rows, numbers)
+
+    def described(self, student_id: str) -> str:
+        """A roster row as a message names it: `第 3 行（2025004 王伟，wangwei@x.edu）`."""
+        row = next((r for r in self.rows if r["student_id"] == student_id), {})
+        said = "，".join(x for x in (student_id, row.get("name", ""), row.get("email", "")) if x)
+        line = self.lines.get(student_id)
+        return f"第 {line} 行（{said}）" if line else f"（{said}）"
 
     def by_lms(self, number: str) -> str | None:
         """The student whose `lms_user_id` is `number`, or None."""

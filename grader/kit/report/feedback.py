@@ -218,9 +218,14 @@ def files_section(files) -> str:
     text = f"<p>评分的文件：<code>{esc(graded)}</code>"
     if others:
         names = "、".join(f"<code>{esc(o)}</code>" for o in others)
-        why = "评分的是与作业 notebook 同名的那个" if "named like" in rule else "评分的是最新的那个"
-        text += f"。<b>没有评分的文件：</b>{names}（你交了不止一个 notebook，{why}）"
+        text += f"。<b>没有评分的文件：</b>{names}（你交了不止一个 notebook，评分的是{esc(rule_for_learner(rule))}）"
     return text + "</p>"
+
+
+def rule_for_learner(rule: str) -> str:
+    """The intake's rule (`identify.choose`, or the teacher's choices.csv) as the learner reads it:
+    the teacher's file and line left out."""
+    return "老师指定的那个" if rule.startswith("老师") else rule
 
 
 def verdict(scores: dict, messages: dict, final: dict | None = None, titles=None) -> str:

@@ -16,6 +16,7 @@ from .. import paths
 from ..authoring.checkcells import check_label
 from ..authoring.nbsource import PARTS, part_of, todo_number
 from ..faults import lines as faultlines
+from ..intake.inventory import UNDECIDED
 from .formats import esc, html_page
 from .scores import MISSING, is_grade, num, todo_columns
 
@@ -109,6 +110,7 @@ def intake_sections(intake, rows: list[dict]) -> str:
         parts.append(f"<table><tr><th>reason</th><th>files</th><th>which</th></tr>{lines}</table>")
     else:
         parts.append("<p>无 / none.</p>")
+    parts.append(unknown_section(intake))
     status = {row["student_id"]: row.get("status") for row in rows}
     missing = [r for r in intake.missing() if status.get(r["student_id"], MISSING) == MISSING]
     if intake.roster is not None:
@@ -124,14 +126,30 @@ def intake_sections(intake, rows: list[dict]) -> str:
     return "\n".join(parts)
 
 
+def unknown_section(intake) -> str:
+    """Each file whose student could not be told, with why and what to do (a name two roster
+    students share names both rows and the column that tells them apart)."""
+    items = "".join(
+        f"<tr><td>{esc(s.source)}</td><td>{esc(s.why)}</td></tr>" for s in intake.unknown()
+    )
+    if not items:
+        return ""
+    return (
+        "<h3>认不出是谁的文件 / student unknown: why, and what to do</h3>"
+        f"<table><tr><th>file</th><th>why</th></tr>{items}</table>"
+    )
+
+
 def reason_of(skipped) -> str:
     """The reason a file was not graded, without its file-specific details."""
     if skipped.outcome != "not graded":
         return skipped.outcome  # "student unknown"
     if skipped.debris:
         return "operating-system debris or bookkeeping"
-    if skipped.why.startswith("another notebook of"):
-        return "another notebook of a graded student"
+    if skipped.graded_instead:
+        return "同一学生的另一个 notebook（评的是哪个、为什么，见下面的备注）/ another notebook of a graded student"
+    if UNDECIDED in skipped.why:
+        return f"同一学生的几个 notebook 分不出先后，{UNDECIDED} / several notebooks of a student, none chosen"
     return skipped.why.split(" (")[0].split(": ")[0]
 
 
