@@ -180,6 +180,7 @@ def test_shards_graded_again_with_a_new_roster_merge_into_the_clean_runs_report(
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # two runs of the class: about 80 s on a quiet machine
 def test_a_class_graded_again_with_a_new_roster_and_a_late_file_equals_one_clean_run(
     clean, tmp_path
 ):
@@ -190,8 +191,7 @@ def test_a_class_graded_again_with_a_new_roster_and_a_late_file_equals_one_clean
     roster = tmp_path / "roster.csv"
     roster.write_bytes(ROSTER.encode("gbk"))
     course = clean["course"]
-    first, _ = autograde(export, tmp_path / "report", course, 1)
-    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(clean["report"], tmp_path / "report")  # the first run: the clean one
     late = shutil.copy(export / "李四.ipynb", export / "王五_late.ipynb")
     newer = (export / "王五.ipynb").stat().st_mtime + 3600
     os.utime(late, (newer, newer))  # handed in after the first run: the newest is graded

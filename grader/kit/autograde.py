@@ -69,7 +69,16 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     # `make autograde ... | tee log`: Ctrl-C ends tee too, and the next line printed meets a
     # closed pipe. The run must still write what it graded and its record for the resume.
+    streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ClosedPipeSafe(sys.stdout), ClosedPipeSafe(sys.stderr)
+    try:
+        return run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def run(args) -> int:
+    """`main` once the signals and the console streams are set up."""
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
     sandbox = not args.intake_only and not args.no_sandbox and sandbox_available()
     zygote = Zygote(kernel_threads(max(1, args.jobs))) if sandbox and not args.no_zygote else None

@@ -111,8 +111,8 @@ class ReportWriter:
             gradebook.keep_notebook(self.folder, student_id, None)
         absent = grades.absent_rows(self.intake, self.with_files(outcomes), self.columns)
         rows = grades.write_grades(
-            self.folder / paths.GRADES, [*outcomes, *pending], self.columns, self.overrides,
-            drop=replaced, people=self.people, absent=absent,
+            self.folder / paths.GRADES, by_id([*outcomes, *pending]), self.columns,
+            self.overrides, drop=replaced, people=self.people, absent=absent,
         )  # fmt: skip
         gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
         self.write_views([*outcomes, *pending], rows, progress, gone, unfinished=len(pending))
@@ -202,6 +202,11 @@ class ReportWriter:
             "(`nbgrader formgrader` / `nbgrader export` there)",
             file=progress,
         )
+
+
+def by_id(outcomes) -> list:
+    """`outcomes` in the order of their ids: a report written in pieces is written as one."""
+    return sorted(outcomes, key=lambda o: o.student_id)
 
 
 def unfinished_banner(left: int) -> str:
