@@ -67,6 +67,18 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     # A killed job ends like Ctrl-C: what was graded is kept (`grading/resumable.py`).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # `make autograde ... | tee log`: Ctrl-C ends tee too, and the next line printed meets a
+    # closed pipe. The run must still write what it graded and its record for the resume.
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ClosedPipeSafe(sys.stdout), ClosedPipeSafe(sys.stderr)
+    try:
+        return run(args)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def run(args) -> int:
+    """`main` once the signals and the console streams are set up."""
     limits = Limits(args.cell_timeout, args.notebook_timeout, int(args.memory_gb * 2**30))
     sandbox = not args.intake_only and not args.no_sandbox and sandbox_available()
     zygote = Zygote(kernel_threads(max(1, args.jobs))) if sandbox and not args.no_zygote else None
@@ -90,6 +102,36 @@ def main(argv=None) -> int:
     finally:
         if zygote is not None:
             zygote.stop()
+
+
+class ClosedPipeSafe:
+    """A console stream whose reader may go away (`| tee`, `| head`): once a write or flush
+    meets a closed pipe, the stream's descriptor is pointed at /dev/null and the run goes on,
+    silent, instead of dying of a BrokenPipeError half-way through writing REPORT."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, self._stream.fileno())  # what is still buffered goes there too
+        os.close(devnull)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -262,6 +304,7 @@ def grade_intake(intake, args, limits: Limits, sandbox: bool, zygote: Zygote | N
         stop_on_fault=not args.keep_going,
         replace_graded=args.replace_graded,
         lms_files=args.lms,
+        progress=sys.stderr,
     )
     return grade_sandboxed(intake, args, settings)
 
@@ -294,10 +337,10 @@ def grade_sandboxed(intake, args, settings) -> int:
             "submissions go):\n" + "\n".join(f"  {sid}: {now}" for sid, now in stale.items()),
             file=sys.stderr,
         )
-    submissions, done = left_to_grade(intake.submissions, args.report)
-    if done:
+    submissions, resumed = left_to_grade(intake.submissions, args.report)
+    if resumed:
         print(
-            f"{len(done)} submissions were graded by an interrupted run into {args.report} and "
+            f"{len(resumed)} submissions were graded by an interrupted run into {args.report} and "
             f"are kept; grading the {len(submissions)} left",
             file=sys.stderr,
         )
@@ -310,12 +353,12 @@ def grade_sandboxed(intake, args, settings) -> int:
             reference=reference,
             replaced=frozenset(stale),
             intake=intake,
+            resumed=resumed,
         )
     print(grades.summary_table(outcomes, grades.read_grades(args.report / GRADES)[1]))
     faults = console_lines(outcomes)
     if faults:
         print(faults)
-    intake.write_csv(args.report / INTAKE, {o.student_id: o.status for o in outcomes})
     if intake.skipped:
         print(intake.not_graded())
     print(

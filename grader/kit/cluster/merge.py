@@ -154,15 +154,19 @@ def write_report(report: Path, intake, outcomes, course: Path, lms_files: str) -
     from .. import paths
     from ..grading.batch import signals_deferred
     from ..report import grades
-    from ..report.writer import ReportWriter
+    from ..report.writer import ReportWriter, stale_ids
 
     release = nbformat.read(course / paths.STUDENT_RELEASE, as_version=4)
     ids = {o.student_id for o in outcomes}
+    # A merge into the report of an earlier merge is a rerun: what that merge wrote under ids
+    # the export's files are now read otherwise (another roster, a renamed file) goes, as a
+    # single run's rerun removes it (`autograde.grade_sandboxed`).
+    replaced = frozenset(stale_ids(intake, report))
     writer = ReportWriter.open(report, release, ids, intake, lms_files)
     for outcome in outcomes:
         writer.add(outcome)
     with signals_deferred():
-        writer.write(outcomes, course, sys.stderr)
+        writer.write(outcomes, course, sys.stderr, replaced)
         intake.write_csv(report / INTAKE, {o.student_id: o.status for o in outcomes})
     print(grades.summary_table(outcomes, grades.read_grades(report / GRADES)[1]))
     print(f"merged {len(outcomes)} students into {report / GRADES}")

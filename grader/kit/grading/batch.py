@@ -31,7 +31,7 @@ from .limits import Limits
 from .outcome import Outcome
 from .pool import GraderPool
 from .preflight import REFERENCE_ID, judge_preflight
-from .resumable import Interrupted, finished, record_kept
+from .resumable import NOT_GRADED_YET, Interrupted, finished, forget, keep
 from .workcopy import collect, internal_id, prepare
 
 # Statuses that may be the grader's fault rather than the notebook's.
@@ -72,47 +72,62 @@ def grade_all(
     reference: Path | None = None,
     replaced=frozenset(),
     intake=None,
+    resumed=(),
 ) -> list[Outcome]:
     """Grade `submissions` (from `intake.inventory.discover`) into `report_dir`; one outcome each,
-    by id.
+    by id, with `resumed` (the outcomes an interrupted run kept: `resumable.left_to_grade`).
 
     `reference` is the preflight's notebook (`preflight.write_reference`): graded first, in the
     same pool, judged by `preflight.judge_preflight`. It is no student: it gets no row, no page,
     and counts in no fault share. `replaced` are ids an earlier run into `report_dir` graded
     files of this export under (`writer.stale_ids`): their rows, pages and nbgrader submissions
-    go. `intake` (the `Intake`) adds its files and roster to summary.html and the LMS files.
-    Raises `GraderFault`, having written nothing into `report_dir`.
+    go. `intake` (the `Intake`) adds its files and roster to summary.html and the LMS files,
+    and gets its intake.csv written with each file's status.
+    Raises `GraderFault`, having written nothing into `report_dir` (and kept nothing of this
+    run for a resume); `Interrupted`, having written the report marked unfinished.
     """
     course = paths.require_grading_course(settings.course)
     release = nbformat.read(course / paths.STUDENT_RELEASE, as_version=4)
     # Everything the instructor wrote is checked before anything is graded.
-    students = {s.student_id for s in submissions}
+    students = {s.student_id for s in submissions} | {o.student_id for o in resumed}
     writer = ReportWriter.open(report_dir, release, students, intake, settings.lms_files)
+    for outcome in resumed:
+        writer.add(outcome)
     batch = Batch(submissions, report_dir, settings, release, writer, reference)
     warm_up(release)
-    batch.run(course)
-    if batch.interrupted and batch.held is not None:
-        raise Interrupted(
-            "before the preflight had passed: nobody was graded and nothing was written into "
-            f"{report_dir}. Run the same command again."
-        )
-    outcomes = sorted(batch.outcomes, key=lambda o: o.student_id)
-    if settings.stop_on_fault:
-        check_export(outcomes, intake, report_dir)
+    try:
+        batch.run(course)
+        if batch.interrupted and batch.held is not None:
+            raise Interrupted(
+                "before the preflight had passed: nobody was graded by this run and nothing was "
+                f"written into {report_dir}. Run the same command again."
+            )
+        outcomes = sorted([*resumed, *batch.outcomes], key=lambda o: o.student_id)
+        if settings.stop_on_fault:
+            check_export(outcomes, intake, report_dir)
+    except (GraderFault, WrongExport):
+        forget(report_dir, batch.saved)  # a stopped batch's outcomes resume nothing
+        raise
+    pending = batch.not_reached()
     # Written only now: a stopped batch leaves no page, no row and no notebook in REPORT.
     with signals_deferred():
-        writer.write(outcomes, course, settings.progress, replaced, settings.replace_graded)
+        writer.write(
+            outcomes, course, settings.progress, replaced, settings.replace_graded, pending
+        )
+        if intake is not None:
+            statuses = {o.student_id: o.status for o in [*outcomes, *pending]}
+            intake.write_csv(report_dir / paths.INTAKE, statuses)
         if batch.interrupted:
-            record_kept(report_dir, submissions, outcomes)
+            batch.save_all()  # an outcome taken as the signal came may not be saved yet
         else:
             finished(report_dir)
     if batch.interrupted:
-        left = len(submissions) - len(outcomes)
         raise Interrupted(
-            f"{len(outcomes)} of {len(submissions)} submissions were graded and are kept in "
-            f"{report_dir} (grades.csv, feedback pages, the nbgrader course). Run the same "
-            f"command again to grade the {left} left: the files already graded are skipped "
-            "unless their content changed."
+            f"{len(outcomes)} of {len(submissions) + len(resumed)} submissions were graded and "
+            f"are kept in {report_dir}; the report is marked unfinished (summary.html, "
+            f"grades.csv: status {NOT_GRADED_YET} for the {len(pending)} left; no LMS file is "
+            "written). Run the same command again to grade the rest: the files already graded "
+            "are skipped unless their content changed."
         )
     return outcomes
 
@@ -162,6 +177,8 @@ class Batch:
             queue_entry = Submission(REFERENCE_ID, reference, reference.name)
             self.queue.insert(0, (self.reference_index, queue_entry))
         self.by_index = dict(self.queue)
+        self.by_id = {s.student_id: s for s in submissions}
+        self.saved: list[str] = []  # the files whose outcome is kept for a resume (`resumable`)
         self.has_reference = reference is not None
         # Progress lines waiting for the preflight's verdict; None once there is none to wait for.
         self.held = [] if reference is not None else None
@@ -215,10 +232,13 @@ class Batch:
             )
             print("\n".join([passed, *self.held]), file=self.settings.progress, flush=True)
             self.held = None
+            self.save_all()
             return
         self.writer.add(outcome)
         shutil.rmtree(workdir, ignore_errors=True)
         self.outcomes.append(outcome)
+        if self.held is None:  # once the preflight has passed, each outcome is kept at once
+            self.save(outcome)
         line = progress_line(
             outcome, self.outcomes, len(self.submissions), self.columns, self.settings.jobs
         )
@@ -235,6 +255,30 @@ class Batch:
                 "the memory limit --memory-gb, free disk space), then run the batch again; if "
                 "these notebooks really do fail this way, pass --keep-going."
             )
+
+    def save(self, outcome: Outcome) -> None:
+        """Keep `outcome` in REPORT for a resume, whatever ends this run (`resumable.keep`)."""
+        submission = self.by_id[outcome.student_id]
+        if submission.source in self.saved:
+            return
+        keep(self.report_dir, submission, outcome, self.writer.kept.get(outcome.student_id))
+        self.saved.append(submission.source)
+
+    def save_all(self) -> None:
+        for outcome in self.outcomes:
+            self.save(outcome)
+
+    def not_reached(self) -> list[Outcome]:
+        """Rows for the submissions an interrupted batch did not grade: a status, no grade."""
+        if not self.interrupted:
+            return []
+        graded = {o.student_id for o in self.outcomes}
+        reason = "the run was interrupted before grading it: run the same command again"
+        return [
+            Outcome.of(s, NOT_GRADED_YET, reason)
+            for s in self.submissions
+            if s.student_id not in graded
+        ]
 
 
 def fault_in(outcomes: list[Outcome]) -> str | None:

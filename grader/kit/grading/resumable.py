@@ -1,23 +1,32 @@
 """An interrupted run keeps its work, and the same command finishes it.
 
-When a batch is interrupted (Ctrl-C, SIGTERM) after its preflight, what it graded is written
-into REPORT as a finished batch would write it, and REPORT/unfinished.json records each file so
-kept, by its path in the export and the SHA-256 of its content. The next run into that REPORT
-skips a submission whose file is recorded there with the same content (its row, page and
-nbgrader submission are already in REPORT) and grades the rest; a run that completes removes
-the record. A file whose content changed is graded again; a run without the record grades
-everything, as before.
+Once the preflight has passed, each submission's outcome is saved into REPORT as it finishes,
+not only when a signal arrives (so a `kill -9`, a lost terminal or a machine that goes down
+also keeps it): REPORT/unfinished.json records each finished file by its path in the export,
+the SHA-256 of its content, the student it was graded as and how the intake chose it, with
+the outcome; REPORT/unfinished/ keeps its autograded notebook. The next run into that REPORT
+takes the outcome of a submission whose record still matches (the same file, content, student
+and choice) as if it had graded it now, and grades the rest; a run that completes writes the
+whole report from both and removes the record. A file whose content changed, a student now
+read from another file, or a roster that names the file's student otherwise: graded again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
+from ..cluster.shard import outcome_from
 from ..errors import KitError
+from .outcome import Outcome
 
 UNFINISHED = "unfinished.json"
+NOTEBOOKS = "unfinished"  # REPORT/unfinished/<n>.ipynb: the kept outcomes' autograded notebooks
+# The status of a grades.csv row whose submission an interrupted run did not reach: no grade.
+NOT_GRADED_YET = "not_graded_yet"
 
 
 class Interrupted(KitError):
@@ -31,37 +40,75 @@ def content_hash(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def recorded(report_dir: Path) -> dict[str, str]:
-    """{file's path in the export: its content's SHA-256} of what interrupted runs kept."""
+def recorded(report_dir: Path) -> dict[str, dict]:
+    """{file's path in the export: its record} of what interrupted runs kept."""
     path = report_dir / UNFINISHED
     if not path.exists():
         return {}
     return json.loads(path.read_text(encoding="utf-8")).get("kept", {})
 
 
-def left_to_grade(submissions, report_dir: Path) -> tuple[list, list]:
-    """(the submissions still to grade, those an interrupted run already graded and kept)."""
-    kept = recorded(report_dir)
-    done = [s for s in submissions if s.source in kept and kept[s.source] == _hash_or_none(s)]
-    return [s for s in submissions if s not in done], done
+def identity(submission) -> dict:
+    """What must not have changed for a kept outcome to stand for `submission`."""
+    return {
+        "student_id": submission.student_id,
+        "sha256": _hash_or_none(submission),
+        "late": submission.late,
+        "superseded": list(submission.superseded),
+        "choice": submission.choice,
+    }
 
 
-def record_kept(report_dir: Path, submissions, outcomes) -> None:
-    """Add the files of `outcomes` (written into REPORT by an interrupted run) to the record."""
-    by_id = {s.student_id: s for s in submissions}
+def left_to_grade(submissions, report_dir: Path) -> tuple[list, list[Outcome]]:
+    """(the submissions still to grade, the outcomes interrupted runs kept for the others)."""
     kept = recorded(report_dir)
-    for outcome in outcomes:
-        submission = by_id[outcome.student_id]
-        kept[submission.source] = content_hash(submission.path)
-    text = json.dumps({"kept": kept}, ensure_ascii=False, indent=0)
-    tmp = report_dir / f"{UNFINISHED}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(report_dir / UNFINISHED)
+    todo, done = [], []
+    for submission in submissions:
+        record = kept.get(submission.source)
+        if record is not None and record["identity"] == identity(submission):
+            done.append(outcome_from(record["outcome"], report_dir / NOTEBOOKS))
+        else:
+            todo.append(submission)
+    return todo, done
+
+
+def keep(report_dir: Path, submission, outcome: Outcome, notebook: bytes | None) -> None:
+    """Save `outcome` of `submission` (its autograded notebook's bytes, or None) into the record:
+    the notebook first, then the record, replaced whole (a kill leaves the old one or the new)."""
+    folder = report_dir / NOTEBOOKS
+    folder.mkdir(parents=True, exist_ok=True)
+    kept = recorded(report_dir)
+    name = ""
+    if notebook is not None:
+        name = f"{hashlib.sha256(submission.source.encode('utf-8')).hexdigest()[:16]}.ipynb"
+        (folder / name).write_bytes(notebook)
+    record = dataclasses.asdict(outcome) | {"autograded": name}
+    kept[submission.source] = {"identity": identity(submission), "outcome": record}
+    _write(report_dir, kept)
+
+
+def forget(report_dir: Path, sources) -> None:
+    """Take the files `sources` out of the record (a batch that stopped on a grader fault)."""
+    kept = recorded(report_dir)
+    for source in sources:
+        kept.pop(source, None)
+    if kept:
+        _write(report_dir, kept)
+    else:
+        finished(report_dir)
 
 
 def finished(report_dir: Path) -> None:
     """A run into `report_dir` completed: no record of unfinished work is left."""
     (report_dir / UNFINISHED).unlink(missing_ok=True)
+    shutil.rmtree(report_dir / NOTEBOOKS, ignore_errors=True)
+
+
+def _write(report_dir: Path, kept: dict) -> None:
+    text = json.dumps({"kept": kept}, ensure_ascii=False, indent=0)
+    tmp = report_dir / f"{UNFINISHED}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(report_dir / UNFINISHED)
 
 
 def _hash_or_none(submission) -> str | None:

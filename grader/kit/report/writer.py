@@ -2,6 +2,13 @@
 checked: grades.csv, overrides.csv); a page kept in memory for each outcome as it comes; and
 everything written only once the batch has passed: feedback pages, grades.csv, summary.html,
 the LMS files and the nbgrader course. A stopped batch writes nothing.
+
+An interrupted batch writes what it graded and marks the report unfinished wherever an
+instructor reads or imports it: grades.csv has a row of status `not_graded_yet` (no grade) for
+each submission not reached, summary.html opens with a banner saying so in Chinese, and no LMS
+file is written (an earlier run's are removed): an importer takes any CSV whose columns it
+maps, so a mark inside the file or in its name would not stop an import of a half-graded class;
+the finishing run writes them.
 """
 
 from __future__ import annotations
@@ -71,30 +78,44 @@ class ReportWriter:
         self.pages[outcome.student_id] = page_of(outcome, overrides, name)
 
     def write(
-        self, outcomes, course: Path, progress, replaced=frozenset(), replace_graded=False
+        self,
+        outcomes,
+        course: Path,
+        progress,
+        replaced=frozenset(),
+        replace_graded=False,
+        pending=(),
     ) -> None:
         """Everything, once the batch has passed. `replaced` are ids an earlier run graded files
         of this export under (`stale_ids`): their rows, pages and nbgrader submissions go.
+        `pending` are the outcomes (status `not_graded_yet`) of submissions an interrupted batch
+        did not reach: rows without a grade, no page, and the report marked unfinished.
 
         A row graded by an earlier run is not replaced by an outcome that is no grade (a
         timeout, a wrong file...) unless `replace_graded`; overrides.csv applies only to rows
         that hold a grade (`graded_only`)."""
         outcomes = self.keep_graded_rows(outcomes, progress, replace_graded)
-        self.overrides = self.graded_only(outcomes, progress)
+        # A pending row does not replace an earlier run's grade (kept until it is graded again).
+        pending = [
+            o
+            for o in pending
+            if self.previous.get(o.student_id, {}).get("status") not in COMPUTED_GRADES
+        ]
+        self.overrides = self.graded_only([*outcomes, *pending], progress)
         gradebook.ensure_course(self.folder, course, progress)
         for student_id, text in self.pages.items():
             paths.feedback_page(self.folder, student_id).write_text(text, encoding="utf-8")
             gradebook.keep_notebook(self.folder, student_id, self.kept[student_id])
-        for student_id in replaced:
+        for student_id in [*replaced, *(o.student_id for o in pending)]:
             paths.feedback_page(self.folder, student_id).unlink(missing_ok=True)
             gradebook.keep_notebook(self.folder, student_id, None)
         absent = grades.absent_rows(self.intake, self.with_files(outcomes), self.columns)
         rows = grades.write_grades(
-            self.folder / paths.GRADES, outcomes, self.columns, self.overrides, drop=replaced,
-            people=self.people, absent=absent,
+            self.folder / paths.GRADES, by_id([*outcomes, *pending]), self.columns,
+            self.overrides, drop=replaced, people=self.people, absent=absent,
         )  # fmt: skip
         gone = [Outcome(student_id, "replaced") for student_id in sorted(replaced)]
-        self.write_views(outcomes, rows, progress, gone)
+        self.write_views([*outcomes, *pending], rows, progress, gone, unfinished=len(pending))
         shard.record_outcomes(self.folder, outcomes)  # a shard's report only (cluster/shard.py)
 
     def with_files(self, outcomes) -> set:
@@ -146,25 +167,33 @@ class ReportWriter:
             )
         return {s: lines for s, lines in self.overrides.items() if s not in ignored}
 
-    def write_views(self, outcomes, rows, progress, gone=()) -> None:
+    def write_views(self, outcomes, rows, progress, gone=(), unfinished: int = 0) -> None:
         """After grades.csv: the class summary, the LMS files and the nbgrader course's gradebook.
 
         `gone` are Outcomes of replaced ids (no reviewable notebook): their nbgrader submissions go.
+        `unfinished`: how many submissions an interrupted batch left (banner; no LMS file).
         """
         warning = grades.max_score_warning(rows)
         grades.warn(warning, progress)
+        warnings = [unfinished_banner(unfinished)] if unfinished else []
         summary.write_summary(
             self.folder / paths.SUMMARY,
             rows,
             self.columns,
-            [warning] if warning else [],
+            warnings + ([warning] if warning else []),
             intake=self.intake,
             titles=self.titles,
             overrides=self.overrides,
         )
-        written = lms.write_lms_files(
-            self.folder, rows, self.people, overrides=self.overrides, which=self.lms
-        )
+        if unfinished:
+            written = lms.remove_unwanted(self.folder, set(), "none")
+            written.insert(
+                0, "no LMS file written: the run was interrupted (the finishing run writes them)"
+            )
+        else:
+            written = lms.write_lms_files(
+                self.folder, rows, self.people, overrides=self.overrides, which=self.lms
+            )
         for line in written:
             print(line, file=progress)
         held = gradebook.record(self.folder, [*outcomes, *gone], self.overrides)
@@ -173,6 +202,20 @@ class ReportWriter:
             "(`nbgrader formgrader` / `nbgrader export` there)",
             file=progress,
         )
+
+
+def by_id(outcomes) -> list:
+    """`outcomes` in the order of their ids: a report written in pieces is written as one."""
+    return sorted(outcomes, key=lambda o: o.student_id)
+
+
+def unfinished_banner(left: int) -> str:
+    """summary.html's first words when a batch was interrupted with `left` submissions to grade."""
+    return (
+        f"评分未完成 / UNFINISHED：本次评分被中断，还有 {left} 份提交没有评分（grades.csv 里它们的"
+        "状态是 not_graded_yet，不是成绩）。这份报告里的统计只算已评的部分，也没有写出任何 LMS "
+        "导入文件。用同一条命令再运行一次，会从中断处接着评分并写出完整的报告；在那之前请不要导入或公布成绩。"
+    )
 
 
 def page_of(outcome, overrides=(), name: str = "") -> str:
