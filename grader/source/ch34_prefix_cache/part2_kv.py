@@ -765,12 +765,16 @@ def check_chunked_prefill(model, prompt, chunk_size, reference=None):
     if not (isinstance(logits, tuple) and len(logits) == 2):
         raise RuntimeError(f"测量前的核对：chunked_prefill 应返回 (logits, past_kv)，得到 {type(logits).__name__}。回到 TODO 9 检查它的 return")
     logits = logits[0]
-    if tuple(logits.shape) != tuple(reference.shape) or not torch.allclose(logits, reference, rtol=1e-4, atol=1e-4):
-        raise RuntimeError(
-            f"测量前的核对：chunked_prefill(model, {len(prompt)} 个 token, chunk_size={chunk_size}) 的 logits 与一次性前向不同"
-            f"（形状 {tuple(logits.shape)}，应为 {tuple(reference.shape)}）。回到 TODO 9（chunked_prefill）检查：每块要带上一块返回的 past_kv"
-        )
-    return logits
+    if tuple(logits.shape) != tuple(reference.shape):
+        how = f"形状是 {tuple(logits.shape)}，应为 {tuple(reference.shape)}"
+    elif not torch.allclose(logits, reference, rtol=1e-4, atol=1e-4):
+        how = f"形状对（{tuple(logits.shape)}），但数值不同：最大差 {(logits - reference).abs().max().item():.2e}"
+    else:
+        return logits
+    raise RuntimeError(
+        f"测量前的核对：chunked_prefill(model, {len(prompt)} 个 token, chunk_size={chunk_size}) 的 logits 与一次性前向不同"
+        f"（{how}）。回到 TODO 9（chunked_prefill）检查：每块要带上一块返回的 past_kv"
+    )
 
 
 def measure_cached_speedup(model, num_tokens, hit_ratios, block_size, repeats=5, seed=0, synchronize=None) -> list:
