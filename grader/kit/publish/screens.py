@@ -2,23 +2,25 @@
 
     python -m grader.kit.publish.screens [notebook]
 
-A unit opens at a `## 本章导读`, `## 第…部分` or `## 附…` heading (other `## ` headings, such as
-"🛑 到这里先停一停", stay inside their unit); the cells before the first one are the opening. For
+A unit opens at a `## 本章导读`, `## 第…部分`, `## 本章小结` or `## 附…` heading (other `## ` headings, such
+as "🛑 到这里先停一停", stay inside their unit); the cells before the first one are the opening. For
 each cell the height it takes in JupyterLab 4 (as `make screenshots` shoots it) is estimated in
-pixels: markdown by wrapped line (a CJK character is two columns), headings, list items and table
-rows taller; code by line; a folded cell (`jupyter.source_hidden`) as its one-line bar; the cells
-under a collapsed heading (`jp-MarkdownHeadingCollapsed`) as the one "N cells hidden" button. A
-unit's screens are its height over one screenful; a screen is "mostly code" when more than half
-of its height is visible code.
+pixels: markdown by wrapped line (a CJK character is two columns), headings, list items and
+table rows taller, a `<details>` box closed (its summary line); code by line; a folded cell
+(`jupyter.source_hidden`) as its one-line bar; the cells under a collapsed heading
+(`jp-MarkdownHeadingCollapsed`) as the one "N cells hidden" button. A unit's screens are its
+height over one screenful; a screen is "mostly code" when more than half of its height is
+visible code.
 
 Calibration (SCREEN_PX). On 2026-12-05 `python -m grader.kit.publish.screenshots --out
 /tmp/shots --pages 150` shot main's student notebook (212 cells) in JupyterLab 4.6 at 1280×857:
 80 PNGs, the last one blank (JupyterLab's empty space after the last cell), so 79 screens with
 content, each advancing 655 px (the 735-pixel scrolling area less the 80-pixel overlap that
-`screenshots` keeps). With the heights below and SCREEN_PX = 890 this module counted 67.8 screens
-for the same notebook; SCREEN_PX = 764 makes it count 79. So one "screen" here is one screenshot
-a learner scrolls through, overlap included. Re-check after changing the heights: shoot the
-notebook, count the PNGs with content, and scale SCREEN_PX by (this module's total / that count).
+`screenshots` keeps). The heights below add up to about 56,200 px for that notebook (its hints,
+`<details>` boxes, closed); SCREEN_PX = 711 makes that 79 screens (890, the first guess, made it
+63). So one "screen" here is one screenshot a learner scrolls through, overlap included.
+Re-check after changing the heights: shoot the notebook, count the PNGs with content, and scale
+SCREEN_PX by (this module's total / that count).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from ..paths import REPO_ROOT, STUDENT_NOTEBOOK
 
-SCREEN_PX = 764            # one screenshot's worth of notebook (see the calibration above)
+SCREEN_PX = 711            # one screenshot's worth of notebook (see the calibration above)
 TEXT_COLUMNS = 150         # half-width columns of a markdown line (a CJK character takes two)
 TEXT_LINE_PX = 24
 HEADING_PX = {1: 70, 2: 60, 3: 48, 4: 40, 5: 34, 6: 30}
@@ -54,8 +56,13 @@ def wrapped_lines(text: str, width: int) -> int:
     return max(1, -(-columns(text) // width))
 
 
+_DETAILS = re.compile(r"<details>\s*(<summary>.*?</summary>).*?</details>", re.S)
+
+
 def markdown_px(source: str) -> int:
+    """A markdown cell's height; a `<details>` box (a 深入 box, a hint) is drawn closed."""
     height = 0
+    source = _DETAILS.sub(lambda m: m.group(1), source)
     for line in source.splitlines():
         stripped = line.strip()
         if not stripped:
@@ -111,7 +118,7 @@ class Unit:
 
 
 # The headings that open a unit; every other `## ` heading stays inside the unit it is in.
-UNIT_HEADING = re.compile(r"^## ((?:本章导读|第.{1,3}部分|附).*)$", re.M)
+UNIT_HEADING = re.compile(r"^## ((?:本章导读|本章小结|第.{1,3}部分|附).*)$", re.M)
 _HEADING_LEVEL = re.compile(r"^(#{1,6})\s", re.M)
 HIDDEN_BUTTON_PX = 34      # a collapsed heading's "N cells hidden" button
 
