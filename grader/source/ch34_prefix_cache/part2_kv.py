@@ -769,7 +769,7 @@ def check_chunked_prefill(model, prompt, chunk_size, reference=None):
     if tuple(logits.shape) != tuple(reference.shape):
         how = f"形状是 {tuple(logits.shape)}，应为 {tuple(reference.shape)}"
     elif not torch.allclose(logits, reference, rtol=1e-4, atol=1e-4):
-        how = f"形状对（{tuple(logits.shape)}），但数值不同：最大差 {(logits - reference).abs().max().item():.2e}"
+        how = f"形状都是 {tuple(logits.shape)}，但数值不同：最大差 {(logits - reference).abs().max().item():.2e}"
     else:
         return logits
     raise RuntimeError(
