@@ -672,7 +672,7 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 #
 # 所以对一个 8B 模型、几千 token 的 prompt，命中 90% 在运算量上仍接近 10 倍；“只剩约 5.3 倍”要到远超 `T*` 的长上下文才接近。token 级的 `reuse_ratio` 不等于时间的节省比例，差多少取决于 `T` 与 `T*` 之比。还有一点是这个只数浮点运算的模型看不到的：在 GPU 上，一段短 suffix 的前向主要花在把全部权重从显存读一遍上（受带宽限制，而不是受算力限制），少算的运算并不按比例变成少花的时间，实测加速比会低于 `S`。
 #
-# 两点说明：（1）我们的注意力先算完整的 `T × S` 分数再掩码，被掩掉的上三角也算了；下面的计时里，基线（空缓存，`h = 0`）与命中路径都走 `chunked_prefill`、按 `block_size` 分块，被白算的只剩每块对角线上的小三角，约多出 `block_size / T` 的注意力运算，与代价模型的假设基本一致。（2）代价模型只数浮点运算：调用开销、KV 拼接（`torch.cat` 每块复制一次已有 KV）和内存带宽都不在里面，suffix 越短，这些固定开销的占比越大，实测/模型 的比值就越低。
+# 两点说明：（1）我们的注意力先算完整的 `T × S` 分数再掩码，被掩掉的上三角也算了；下面的计时里，基线（空缓存，`h = 0`）与命中路径都走 `chunked_prefill`、按分块大小 `c` 分块，被白算的只剩每块对角线上的小三角，约多出 `c / T` 的注意力运算，与代价模型的假设基本一致。（2）代价模型只数浮点运算：调用开销、KV 拼接（`torch.cat` 每块复制一次已有 KV）和内存带宽都不在里面，suffix 越短，这些固定开销的占比越大，实测/模型 的比值就越低。
 #
 # <details><summary>深入：vLLM 0.33 只为每个请求的最后一个位置算 logits</summary>
 #
@@ -910,7 +910,7 @@ except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
 finally:
     torch.set_num_threads(speed_threads)
 if speed_rows:
-    print(f"T = 512，d = 128，L = 2，N = {non_embedding_params(speed_model):,}，block_size = 64，单线程；21 轮交错计时，每轮每个 h 各测一次")
+    print(f"T = 512，d = 128，L = 2，N = {non_embedding_params(speed_model):,}，分块大小 = 64，单线程；21 轮交错计时，每轮每个 h 各测一次")
     show_table(speed_rows, SPEEDUP_COLUMNS)
     noise = speed_rows[0]
     print(f"\nh = 0 这一行两边做的是同一件事：它的比值在 {noise['spread_lo']:.2f}–{noise['spread_hi']:.2f} 之间，这就是这次测量的噪声。")
