@@ -174,6 +174,9 @@ def test_subtotals_equal_the_sum_of_their_cells_and_score_leaves_the_challenge_o
     )
 
 
+LATE_SCORE = f"{COUNTED_POINTS - 5:g}"  # 张三's full marks, less 5 for a day late
+
+
 def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     report = copy_report(batch, tmp_path)
     grades = report / "grades.csv"
@@ -187,7 +190,7 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     (report / "overrides.csv").write_text(
         "student_id,column,value,note\n"
         f"lisi,test_todo2_tail,{CELL_POINTS['test_todo2_tail']},人工复核：尾块问题只是打印格式\n"
-        "张三,score,125,迟交一天，扣 5 分\n",
+        f"张三,score,{LATE_SCORE},迟交一天，扣 5 分\n",
         encoding="utf-8",
     )
     lisi_before = batch["rows"]["lisi"]
@@ -204,7 +207,8 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     assert float(lisi["core"]) == float(lisi_before["core"]) + gained
     assert float(lisi["score"]) == float(lisi_before["score"]) + gained
     # a student not in this batch gets the override too; the page of one graded shows it
-    assert rows["张三"]["score"] == "125" and rows["张三"]["core"] == fmt_points(SOURCE_POINTS["core"])
+    assert rows["张三"]["score"] == LATE_SCORE
+    assert rows["张三"]["core"] == fmt_points(SOURCE_POINTS["core"])
     page = (report / "feedback" / "lisi.html").read_text(encoding="utf-8")
     assert "老师的调整" in page and "人工复核：尾块问题只是打印格式" in page
     # the page shows the final numbers, the graded ones beside them; so does the console
@@ -214,15 +218,15 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     assert page.index("老师的调整") < page.index("逐格结果"), "near the top"
     # the LMS files carry the overridden score
     canvas = list(csv.DictReader((report / "canvas.csv").open(encoding="utf-8-sig")))
-    assert {r["SIS User ID"]: r[ASSIGNMENT] for r in canvas[1:]}["张三"] == "125"
+    assert {r["SIS User ID"]: r[ASSIGNMENT] for r in canvas[1:]}["张三"] == LATE_SCORE
     # taking the line out restores the graded value, though 张三 is not graded again
     (report / "overrides.csv").write_text(
-        "student_id,column,value,note\nlisi,test_todo2_tail,4,人工复核\n",
+        f"student_id,column,value,note\nlisi,test_todo2_tail,{CELL_POINTS['test_todo2_tail']},人工复核\n",
         encoding="utf-8",
     )
     _, rows = grade_in_process(broken_only(tmp_path), report, batch["course"])
     assert rows["张三"]["score"] == f"{COUNTED_POINTS:g}" and rows["张三"]["bonus"] == "3"
-    assert rows["lisi"]["todo2"] == "12"
+    assert rows["lisi"]["todo2"] == fmt_points(TODO_POINTS[2])
 
 
 @pytest.mark.parametrize(
