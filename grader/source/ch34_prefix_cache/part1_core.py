@@ -574,7 +574,7 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 #
 # - **证明了：** 命中长度、suffix 拆分、分块计划和 token 级账本的控制逻辑是对的（随机输入与参考实现逐一比对）。
 # - **没有证明：** 真实 KV 张量的复用是否正确、显存省了多少、TTFT / TPOT 和吞吐如何变化。`reuse_ratio` 是 token 数之比，不是显存或时间之比。第二部分用一个小 Transformer 给出“缓存后 logits 与完整 prefill 相同”的证据和 CPU 上的实测；服务级别的指标需要 serving 基准测试（例如 vLLM 的 `vllm bench serve`）。
-# - **没有实现：** LRU 淘汰、引用计数、物理 block 分配、跨 worker 的 KV 传输。其中前三项是第三部分（选做）的内容。
+# - **没有实现：** LRU 淘汰、引用计数、物理 KV 块的分配、跨 worker 的 KV 传输。其中前三项是第三部分（选做）的内容。
 
 # %% [markdown]
 # ### 1.6　小结
