@@ -235,14 +235,20 @@ def checks_dir(tmp_path, monkeypatch):
 
 def test_a_declaration_becomes_one_grade_cell_in_file_order(checks_dir):
     (checks_dir / "todo3.py").write_text(GOOD)
-    cells = checkcells.grade_cells(nbsource.nbformat.v4.new_code_cell("#| checks: todo3.py"))
+    heading, *cells = checkcells.grade_cells(
+        nbsource.nbformat.v4.new_code_cell("#| checks: todo3.py")
+    )
+    # one collapsed heading over the grade cells, then a cell per check that opens folded
+    assert heading.cell_type == "markdown" and heading.source.startswith(checkcells.GRADE_HEADING)
+    assert heading.metadata == {checkcells.HEADING_COLLAPSED: True}
+    assert "TODO 3 的 2 个评分单元格（共 5 分）" in heading.source
     assert [c.metadata.nbgrader["grade_id"] for c in cells] == [
         "test_todo3_first",
         "test_todo3_second",
     ]
     assert [c.metadata.nbgrader["points"] for c in cells] == [2, 3]
     assert cells[0].source.splitlines() == [
-        "# TODO 3 · 甲（2 分）：第一项",
+        "#@title TODO 3 · 甲（2 分）：第一项",
         "### BEGIN HIDDEN TESTS",
         "#| check: todo3.py::check_todo3_first",
         "### END HIDDEN TESTS",

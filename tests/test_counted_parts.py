@@ -3,7 +3,9 @@
 
 import pytest
 
+from grader.kit.authoring.checkcells import total_points
 from grader.kit.authoring.nbsource import (
+    CHECKS_DIR,
     DEFAULT_COUNTED_PARTS,
     PARTS,
     load_parts,
@@ -16,41 +18,67 @@ from grader.kit.report.grades import max_score
 SOURCE = read_source()
 
 
+def declared_points() -> dict[str, int]:
+    """Each part's points as the check files declare them (`TOTAL_POINTS`), read without the build."""
+    todos = {}
+    for path in CHECKS_DIR.glob("[!_]*.py"):
+        todos.update(total_points(path.name))
+    return {part.key: sum(todos[t] for t in part.todos) for part in PARTS}
+
+
 def course(tmp_path, line: str):
     path = tmp_path / "course.toml"
     path.write_text(f'github_repo = ""\n{line}\n', encoding="utf-8")
     return path
 
 
-def test_by_default_parts_one_two_and_four_count_and_part_three_is_recorded_beside_them():
+def test_by_default_every_part_but_the_optional_block_part_counts():
     assert (
         [p.key for p in PARTS if p.counted]
         == list(DEFAULT_COUNTED_PARTS)
-        == ["core", "kv", "sched"]
+        == ["core", "kv", "sched", "engine"]
     )
-    assert part_points(SOURCE) == {"core": 100, "kv": 30, "block": 40, "sched": 30, "engine": 30}
 
 
-def test_an_instructor_who_counts_the_challenge_part_gets_a_first_cell_and_headings_that_say_so(
+def test_the_grade_cells_give_each_part_the_points_its_check_files_declare():
+    assert part_points(SOURCE) == declared_points()
+
+
+def test_parts_one_and_two_weigh_their_todos_by_difficulty():
+    """core 32 and kv 29 (docs/grading.md): the one-line TODOs weigh least, prefix matching and
+    the KV cache most; every check is worth at least a point."""
+    todos = {}
+    for name in [f"todo{n}.py" for n in range(1, 11)]:
+        todos.update(total_points(name))
+    assert sum(todos[t] for t in range(1, 9)) == 32 and todos[9] + todos[10] == 29
+    assert max(todos[1], todos[3], todos[6]) < min(todos[4], todos[7], todos[8])
+    assert todos[10] > todos[9]
+
+
+def test_an_instructor_who_counts_the_optional_part_gets_a_first_cell_and_headings_that_say_so(
     tmp_path,
 ):
+    points = declared_points()
     parts = load_parts(course(tmp_path, 'counted_parts = ["core", "kv", "block", "sched", "engine"]'))
     texts = points_texts(SOURCE, parts)
-    assert "共 **230 分，计入成绩**" in texts["{{grading_summary}}"]
+    assert f"共 **{sum(points.values()):g} 分，计入成绩**" in texts["{{grading_summary}}"]
     assert "不计入" not in texts["{{grading_summary}}"]
-    assert texts["{{points:block}}"] == "40 分，计分"
+    assert texts["{{points:block}}"] == f"{points['block']:g} 分，计分"
 
 
 def test_leaving_part_four_out_of_the_score_records_it_separately(tmp_path):
+    points = declared_points()
     parts = load_parts(course(tmp_path, 'counted_parts = ["core", "kv"]'))
     texts = points_texts(SOURCE, parts)
-    assert "共 **130 分，计入成绩**" in texts["{{grading_summary}}"]
-    assert "第四部分：调度器（TODO 15–19）30 分" in texts["{{grading_summary}}"].split("；")[1]
-    assert texts["{{points:sched}}"] == "30 分，单独计分"
+    assert f"共 **{points['core'] + points['kv']:g} 分，计入成绩**" in texts["{{grading_summary}}"]
+    summary_others = texts["{{grading_summary}}"].split("；")[1]
+    assert f"第四部分：调度器（TODO 15–19）{points['sched']:g} 分" in summary_others
+    assert texts["{{points:sched}}"] == f"{points['sched']:g} 分，单独计分"
 
 
-def test_the_default_setting_makes_the_score_out_of_160():
-    assert max_score(_grade_points()) == 160
+def test_the_default_setting_makes_the_score_the_sum_of_the_counted_parts():
+    points = declared_points()
+    assert max_score(_grade_points()) == sum(points[p.key] for p in PARTS if p.counted)
 
 
 def _grade_points():

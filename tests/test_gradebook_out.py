@@ -19,7 +19,15 @@ from nbgrader.api import Gradebook
 
 from grader.kit.authoring.build import source_notebook
 from grader.kit.authoring.examples import PARTLY_WRONG_EDITS, filled_submission
-from grader.kit.authoring.nbsource import ASSIGNMENT, NOTEBOOK_NAME, PARTS, part_of, todo_number
+from grader.kit.authoring.nbsource import (
+    ASSIGNMENT,
+    NOTEBOOK_NAME,
+    PARTS,
+    nbgrader_meta,
+    part_of,
+    read_source,
+    todo_number,
+)
 from grader.kit.errors import BadOverrides
 from grader.kit.grading.outcome import Outcome
 from grader.kit.report import gradebook
@@ -28,12 +36,20 @@ from tests.conftest import (
     ALL_POINTS,
     ALL_TODOS,
     COUNTED_POINTS,
+    SOURCE_POINTS,
     autograde,
     grade_in_process,
     read_nb,
 )
 
 BOM = b"\xef\xbb\xbf"
+# Each grade cell's points and each TODO's, as the source declares them (nothing pinned here).
+CELL_POINTS = {
+    nbgrader_meta(c)["grade_id"]: nbgrader_meta(c)["points"]
+    for c in read_source().cells
+    if nbgrader_meta(c).get("grade")
+}
+TODO_POINTS = {n: sum(p for g, p in CELL_POINTS.items() if todo_number(g) == n) for n in ALL_TODOS}
 ROSTER = (  # wangwu sent no file
     "student_id,name,lms_user_id,email\n张三,张三,4711,zhangsan@example.edu\n"
     "lisi,李四,4712,lisi@example.edu\nbroken,,,\nwangwu,王五,4713,wangwu@example.edu\n"
@@ -149,13 +165,16 @@ def test_subtotals_equal_the_sum_of_their_cells_and_score_leaves_the_challenge_o
         == batch["rows"]["张三"]["max_score"]
         == f"{COUNTED_POINTS:g}"
     )
-    assert float(batch["rows"]["张三"]["block"]) == 40
+    assert float(batch["rows"]["张三"]["block"]) == SOURCE_POINTS["block"]
     lisi = batch["rows"]["lisi"]
     assert (
-        float(lisi["todo2"]) < 12
-        and float(lisi["todo7"]) < 15
+        float(lisi["todo2"]) < TODO_POINTS[2]
+        and float(lisi["todo7"]) < TODO_POINTS[7]
         and float(lisi["score"]) < COUNTED_POINTS
     )
+
+
+LATE_SCORE = f"{COUNTED_POINTS - 5:g}"  # 张三's full marks, less 5 for a day late
 
 
 def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
@@ -170,8 +189,8 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
         csv.writer(handle).writerows(lines)
     (report / "overrides.csv").write_text(
         "student_id,column,value,note\n"
-        "lisi,test_todo2_tail,4,人工复核：尾块问题只是打印格式\n"
-        "张三,score,125,迟交一天，扣 5 分\n",
+        f"lisi,test_todo2_tail,{CELL_POINTS['test_todo2_tail']},人工复核：尾块问题只是打印格式\n"
+        f"张三,score,{LATE_SCORE},迟交一天，扣 5 分\n",
         encoding="utf-8",
     )
     lisi_before = batch["rows"]["lisi"]
@@ -182,12 +201,14 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     assert rows["张三"]["bonus"] == "3" and rows["lisi"]["bonus"] == ""
     # a grade cell's override sets its TODO, its part and the score
     lisi = rows["lisi"]
-    assert lisi["test_todo2_tail"] == "4" and lisi["todo2"] == "12"
-    gained = 12 - float(lisi_before["todo2"])
+    assert lisi["test_todo2_tail"] == fmt_points(CELL_POINTS["test_todo2_tail"])
+    assert lisi["todo2"] == fmt_points(TODO_POINTS[2])
+    gained = TODO_POINTS[2] - float(lisi_before["todo2"])
     assert float(lisi["core"]) == float(lisi_before["core"]) + gained
     assert float(lisi["score"]) == float(lisi_before["score"]) + gained
     # a student not in this batch gets the override too; the page of one graded shows it
-    assert rows["张三"]["score"] == "125" and rows["张三"]["core"] == "100"
+    assert rows["张三"]["score"] == LATE_SCORE
+    assert rows["张三"]["core"] == fmt_points(SOURCE_POINTS["core"])
     page = (report / "feedback" / "lisi.html").read_text(encoding="utf-8")
     assert "老师的调整" in page and "人工复核：尾块问题只是打印格式" in page
     # the page shows the final numbers, the graded ones beside them; so does the console
@@ -197,15 +218,15 @@ def test_overrides_and_a_hand_added_column_survive_regrades(batch, tmp_path):
     assert page.index("老师的调整") < page.index("逐格结果"), "near the top"
     # the LMS files carry the overridden score
     canvas = list(csv.DictReader((report / "canvas.csv").open(encoding="utf-8-sig")))
-    assert {r["SIS User ID"]: r[ASSIGNMENT] for r in canvas[1:]}["张三"] == "125"
+    assert {r["SIS User ID"]: r[ASSIGNMENT] for r in canvas[1:]}["张三"] == LATE_SCORE
     # taking the line out restores the graded value, though 张三 is not graded again
     (report / "overrides.csv").write_text(
-        "student_id,column,value,note\nlisi,test_todo2_tail,4,人工复核\n",
+        f"student_id,column,value,note\nlisi,test_todo2_tail,{CELL_POINTS['test_todo2_tail']},人工复核\n",
         encoding="utf-8",
     )
     _, rows = grade_in_process(broken_only(tmp_path), report, batch["course"])
     assert rows["张三"]["score"] == f"{COUNTED_POINTS:g}" and rows["张三"]["bonus"] == "3"
-    assert rows["lisi"]["todo2"] == "12"
+    assert rows["lisi"]["todo2"] == fmt_points(TODO_POINTS[2])
 
 
 @pytest.mark.parametrize(
@@ -289,8 +310,10 @@ def test_summary_shows_pass_rates_a_plot_and_ungradable_files_offline(batch, tmp
     assert "<svg" in page and "</svg>" in page
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", page), "no network"
     text = html.unescape(re.sub(r"<[^>]+>", " ", page.split("<svg")[0] + page.split("</svg>")[-1]))
-    assert re.search(r"todo2\s+核心：PrefixCacheManager\s+12\s+1/2\s+50%", text), text[:2000]
-    assert re.search(r"TODO 1 · 基本\s+随机 list 输入.*?\s+4\s+2/2\s+100%", text)
+    todo2 = rf"todo2\s+核心：PrefixCacheManager\s+{TODO_POINTS[2]}\s+1/2\s+50%"
+    assert re.search(todo2, text), text[:2000]
+    basic = CELL_POINTS["test_todo1_basic"]
+    assert re.search(rf"TODO 1 · 基本\s+随机 list 输入.*?\s+{basic}\s+2/2\s+100%", text)
     assert re.search(r"wangwu\s+王五\s+—\s+missing", text), "every roster student has a row"
     assert re.search(r"invalid_json\s+1\s+broken", text)
     shot = tmp_path / "summary.png"

@@ -89,7 +89,7 @@ def test_every_todo_region_becomes_a_stub_that_raises_not_implemented():
     assert stubs == source_regions > 0
 
 
-def test_core_todos_are_worth_100_points_and_numbered_in_the_seed_order():
+def test_core_todos_are_worth_32_points_and_numbered_in_the_seed_order():
     grades = [nbgrader_meta(c) for c in release().cells if nbgrader_meta(c).get("grade")]
     core = [g for g in grades if re.match(r"test_todo[1-8]_", g["grade_id"])]
     order = [g["grade_id"].split("_")[1] for g in core]
@@ -97,7 +97,7 @@ def test_core_todos_are_worth_100_points_and_numbered_in_the_seed_order():
     assert [t for i, t in enumerate(order) if i == 0 or order[i - 1] != t] == [
         f"todo{i}" for i in range(1, 9)
     ]
-    assert sum(g["points"] for g in core) == 100
+    assert sum(g["points"] for g in core) == 32  # docs/grading.md: points follow difficulty
 
 
 def test_the_class_the_learner_completes_is_one_code_cell_with_the_seed_api():
@@ -275,7 +275,7 @@ def test_untouched_student_notebook_runs_top_to_bottom_and_only_the_checks_fail(
 
 
 def test_first_cell_and_each_part_heading_give_the_points_and_whether_they_count():
-    from grader.kit.authoring.nbsource import part_of
+    from grader.kit.authoring.nbsource import PARTS, part_of
 
     cells = release().cells
     grades = [nbgrader_meta(c) for c in cells if nbgrader_meta(c).get("grade")]
@@ -289,10 +289,11 @@ def test_first_cell_and_each_part_heading_give_the_points_and_whether_they_count
         if ln.startswith("## 第")
     ]
     assert [h[:7] for h in headings] == ["## 第一部分", "## 第二部分", "## 第三部分", "## 第四部分", "## 第五部分"]
-    assert "100 分，计分" in headings[0] and "30 分，计分" in headings[1]
+    points = {p.key: sum(g["points"] for g in grades if part_of(g["grade_id"]) is p) for p in PARTS}
+    said = [f"{points[p.key]:g} 分，{'计分' if p.counted else '单独计分'}" for p in PARTS]
+    assert all(words in heading for words, heading in zip(said, headings)), (said, headings)
     assert "选做" in headings[2] and "单独计分" in headings[2]
-    assert "30 分，计分" in headings[3]
-    assert "30 分，单独计分" in headings[4]
+    assert [p.key for p in PARTS if not p.counted] == ["block"]
     left = re.findall(r"\{\{[\w:]+\}\}", "\n".join(c.source for c in cells))
     assert not left, f"placeholders left unfilled: {left}"
 

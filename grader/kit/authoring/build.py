@@ -50,7 +50,8 @@ SKIPPED_IN_GRADING = {
     MEASUREMENT: "# 测量单元格：自动评分时跳过（它不计分，只耗时间）。\n",
     LEARNER_ONLY: "# 演示与测量工具：自动评分时跳过（不计分，评分用到的代码不依赖它）。\n",
 }
-KEPT_CELL_METADATA = ("nbgrader", "tags", "editable", "deletable")
+# jp-MarkdownHeadingCollapsed: the heading over a part's grade cells opens collapsed (checkcells).
+KEPT_CELL_METADATA = ("nbgrader", "tags", "editable", "deletable", "jp-MarkdownHeadingCollapsed")
 NOTEBOOK_METADATA = {
     "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
     "language_info": {"name": "python"},

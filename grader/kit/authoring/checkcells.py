@@ -9,7 +9,7 @@ check once, beside its code:
 and its TODOs' totals once (`TOTAL_POINTS = {1: 8}`). A source cell holding `#| checks: todo1.py`
 lines becomes one grade cell per declaration, in the order the file declares them
 (`grade_cells`): grade id `test_todo1_basic`, the points, the first line
-`# TODO 1 · 基本（4 分）：…`, and a hidden block naming the check, which the build replaces with
+`#@title TODO 1 · 基本（4 分）：…` (so the cell opens folded), and a hidden block naming the check, which the build replaces with
 `check_code`: the common helpers, the part's helpers and the check file, joined into one code
 string. Declarations are read with `ast`, never run; a malformed one is a `SourceError`.
 """
@@ -61,7 +61,7 @@ class Check:
     @property
     def header(self) -> str:
         """The grade cell's first line: what it checks and its points."""
-        return f"# TODO {self.todo} · {self.title}（{self.points} 分）：{self.says}"
+        return f"#@title TODO {self.todo} · {self.title}（{self.points} 分）：{self.says}"
 
 
 def is_checks_cell(cell) -> bool:
@@ -71,13 +71,38 @@ def is_checks_cell(cell) -> bool:
 
 
 def grade_cells(cell) -> list:
-    """The grade cells a `#| checks:` cell stands for, file by file, in declaration order."""
+    """The cells a `#| checks:` cell stands for: a collapsed heading (`grade_heading`), then the
+    grade cells, file by file, in declaration order."""
     filenames = [_CHECKS_LINE.match(line).group(1) for line in cell.source.strip().splitlines()]
-    return [grade_cell(check) for filename in filenames for check in declarations(filename)]
+    checks = [check for filename in filenames for check in declarations(filename)]
+    return [grade_heading(checks), *map(grade_cell, checks)]
+
+
+GRADE_HEADING = "#### 自动评分单元格（不用看）"
+# JupyterLab 4 reads this cell metadata when it opens a notebook and hides every cell under the
+# heading up to the next heading of its level or higher (`MarkdownCell`, "N cells hidden").
+HEADING_COLLAPSED = "jp-MarkdownHeadingCollapsed"
+
+
+def grade_heading(checks: list[Check]):
+    """The markdown cell above a run of grade cells: one short heading that starts collapsed in
+    JupyterLab, so a learner scrolls past one line instead of a cell per check. The next cell
+    of the source after the grade cells must open with a heading of level 4 or higher, or
+    JupyterLab hides it too (`tests/test_structure.py`)."""
+    todos = sorted({check.todo for check in checks})
+    span = f"TODO {todos[0]}" if len(todos) == 1 else f"TODO {todos[0]}–{todos[-1]}"
+    points = sum(check.points for check in checks)
+    source = (
+        f"{GRADE_HEADING}\n\n"
+        f"{span} 的 {len(checks)} 个评分单元格（共 {points} 分）折叠在这个标题下：每格只有一行注释，"
+        "写着它查什么、值几分，检查代码在老师评分时才放进去。运行它们什么也不做；请不要删除或改动。"
+    )
+    return nbformat.v4.new_markdown_cell(source, metadata={HEADING_COLLAPSED: True})
 
 
 def grade_cell(check: Check):
-    """A locked grade cell: its first line, then a hidden block naming the check."""
+    """A locked grade cell: its first line (a `#@title`, so it opens folded), then a hidden block
+    naming the check."""
     source = "\n".join(
         (
             check.header,
@@ -399,7 +424,10 @@ def time_boxes() -> TimeBoxes:
 
 # A grade cell's first line as `Check.header` writes it, read back where a person sees the check
 # (the feedback page from the autograded notebook, summary.html from the release).
-HEADER = re.compile(r"^# TODO (?P<todo>\d+) · (?P<title>.+?)（[\d.]+ 分）：(?P<says>.*)$")
+# Released before the grade cells folded, it read `# TODO …`; since, `#@title TODO …`.
+HEADER = re.compile(
+    r"^#(?: ?@title)? TODO (?P<todo>\d+) · (?P<title>.+?)（[\d.]+ 分）：(?P<says>.*)$"
+)
 
 
 def check_titles(nb) -> dict[str, tuple[str, str]]:

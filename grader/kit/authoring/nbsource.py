@@ -60,7 +60,7 @@ _PART_TABLE = (
     ("sched", "第四部分：调度器", tuple(range(15, 20))),
     ("engine", "第五部分：引擎", tuple(range(20, 25))),
 )
-DEFAULT_COUNTED_PARTS = ("core", "kv", "sched")
+DEFAULT_COUNTED_PARTS = ("core", "kv", "sched", "engine")
 
 
 def load_parts(settings: Path = COURSE_SETTINGS) -> tuple[Part, ...]:

@@ -2,14 +2,25 @@
 
     python -m grader.kit.publish.screens [notebook]
 
-A unit is what a `## ` heading opens (the opening cells, 第一部分 … 第五部分, the appendix). For
-each cell the height it takes in JupyterLab 4 (1280×1000 window, file browser folded, as
-`make screenshots` shoots it) is estimated in pixels: markdown by wrapped line (a CJK character
-is two columns), headings, list items and table rows taller; code by line; a folded cell
-(`jupyter.source_hidden`) as its one-line bar. A unit's screens are its height over one
-screenful (the notebook's scrolling area); a screen is "mostly code" when more than half of its
-height is visible code. The constants were set so that this count of the notebook agrees with
-the screenshots `make screenshots` takes of it (docs/maintaining.md says how to re-check).
+A unit opens at a `## 本章导读`, `## 第…部分`, `## 本章小结` or `## 附…` heading (other `## ` headings, such
+as "🛑 到这里先停一停", stay inside their unit); the cells before the first one are the opening. For
+each cell the height it takes in JupyterLab 4 (as `make screenshots` shoots it) is estimated in
+pixels: markdown by wrapped line (a CJK character is two columns), headings, list items and
+table rows taller, a `<details>` box closed (its summary line); code by line; a folded cell
+(`jupyter.source_hidden`) as its one-line bar; the cells under a collapsed heading
+(`jp-MarkdownHeadingCollapsed`) as the one "N cells hidden" button. A unit's screens are its
+height over one screenful; a screen is "mostly code" when more than half of its height is
+visible code.
+
+Calibration (SCREEN_PX). On 2026-12-05 `python -m grader.kit.publish.screenshots --out
+/tmp/shots --pages 150` shot main's student notebook (212 cells) in JupyterLab 4.6 at 1280×857:
+80 PNGs, the last one blank (JupyterLab's empty space after the last cell), so 79 screens with
+content, each advancing 655 px (the 735-pixel scrolling area less the 80-pixel overlap that
+`screenshots` keeps). The heights below add up to about 56,200 px for that notebook (its hints,
+`<details>` boxes, closed); SCREEN_PX = 711 makes that 79 screens (890, the first guess, made it
+63). So one "screen" here is one screenshot a learner scrolls through, overlap included.
+Re-check after changing the heights: shoot the notebook, count the PNGs with content, and scale
+SCREEN_PX by (this module's total / that count).
 """
 
 from __future__ import annotations
@@ -17,13 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import REPO_ROOT, STUDENT_NOTEBOOK
 
-SCREEN_PX = 890            # the notebook's scrolling area in a 1000-pixel-high window
+SCREEN_PX = 711            # one screenshot's worth of notebook (see the calibration above)
 TEXT_COLUMNS = 150         # half-width columns of a markdown line (a CJK character takes two)
 TEXT_LINE_PX = 24
 HEADING_PX = {1: 70, 2: 60, 3: 48, 4: 40, 5: 34, 6: 30}
@@ -45,13 +57,17 @@ def wrapped_lines(text: str, width: int) -> int:
     return max(1, -(-columns(text) // width))
 
 
+_DETAILS = re.compile(r"<details>\s*(<summary>.*?</summary>).*?</details>", re.S)
+
+
 def markdown_px(source: str) -> int:
-    height, in_table = 0, False
+    """A markdown cell's height; a `<details>` box (a 深入 box, a hint) is drawn closed."""
+    height = 0
+    source = _DETAILS.sub(lambda m: m.group(1), source)
     for line in source.splitlines():
         stripped = line.strip()
         if not stripped:
             height += PARAGRAPH_GAP_PX
-            in_table = False
             continue
         heading = re.match(r"(#{1,6})\s", stripped)
         if heading:
@@ -63,7 +79,6 @@ def markdown_px(source: str) -> int:
             # a row is as tall as its longest cell wrapped in its share of the width
             share = max(10, TEXT_COLUMNS // max(1, len(cells)))
             height += TABLE_ROW_PX * max(wrapped_lines(c.strip(), share) for c in cells)
-            in_table = True
         else:
             height += TEXT_LINE_PX * wrapped_lines(stripped, TEXT_COLUMNS)
         height += IMAGE_PX * (len(re.findall(r"!\[[^\]]*\]\(", line)) + line.count("<img") + line.count("<svg"))
@@ -103,15 +118,47 @@ class Unit:
         return count + (filled > 0 and code * 2 > filled)
 
 
+# The headings that open a unit; every other `## ` heading stays inside the unit it is in.
+UNIT_HEADING = re.compile(r"^## ((?:本章导读|本章小结|第.{1,3}部分|附).*)$", re.M)
+_HEADING_LEVEL = re.compile(r"^(#{1,6})\s", re.M)
+HIDDEN_BUTTON_PX = 34      # a collapsed heading's "N cells hidden" button
+
+
+def cell_source(cell: dict) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def heading_level(cell: dict) -> int | None:
+    """The level of a markdown cell's first heading (1 for `#`), or None."""
+    found = _HEADING_LEVEL.search(cell_source(cell)) if cell["cell_type"] == "markdown" else None
+    return len(found.group(1)) if found else None
+
+
+def hidden_by_collapsed_headings(cells: list) -> set[int]:
+    """Indexes of the cells JupyterLab hides under collapsed headings: after a markdown cell with
+    `jp-MarkdownHeadingCollapsed`, every cell up to the next heading of its level or higher."""
+    hidden, level = set(), None
+    for index, cell in enumerate(cells):
+        this = heading_level(cell)
+        if level is not None and (this is None or this > level):
+            hidden.add(index)
+            continue
+        level = this if cell.get("metadata", {}).get("jp-MarkdownHeadingCollapsed") else None
+    return hidden
+
+
 def units(notebook: dict) -> list[Unit]:
-    """The notebook cut at its `## ` headings, each piece's estimated height."""
+    """The notebook cut into units (`UNIT_HEADING`), each unit's estimated height."""
     found = [Unit("（开头）")]
-    for cell in notebook["cells"]:
-        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        heading = re.search(r"^## (.+)$", source, re.M) if cell["cell_type"] == "markdown" else None
+    hidden = hidden_by_collapsed_headings(notebook["cells"])
+    for index, cell in enumerate(notebook["cells"]):
+        source = cell_source(cell)
+        heading = UNIT_HEADING.search(source) if cell["cell_type"] == "markdown" else None
         if heading:
             found.append(Unit(heading.group(1).strip()))
         unit = found[-1]
+        if index in hidden:
+            continue
         folded = cell.get("metadata", {}).get("jupyter", {}).get("source_hidden", False)
         if folded:
             unit.text_px += FOLDED_CELL_PX
@@ -122,6 +169,8 @@ def units(notebook: dict) -> list[Unit]:
             unit.cells.append((height, True))
         else:
             height = markdown_px(source)
+            if cell.get("metadata", {}).get("jp-MarkdownHeadingCollapsed"):
+                height += HIDDEN_BUTTON_PX
             unit.text_px += height
             unit.cells.append((height, False))
     return [unit for unit in found if unit.cells]
@@ -139,4 +188,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -1,6 +1,13 @@
 # %% [markdown]
 # ## 第一部分（核心，{{points:core}}）：前缀缓存的账本与分块计划
 #
+# **学习目标：** 学完这一部分，你能
+# - 说明为什么只有从 prompt 第一个 token 起连续相同的前缀才能复用 KV；
+# - 在一个只记 token 的账本里找出最长命中、拆出后缀，并统计复用了多少 token；
+# - 按分块大小把后缀切块，正确处理不满的尾块。
+#
+# **用时：** 约 1 小时（TODO 1–8，每个只有几行）。**需要：** 只用 Python，不用 torch，也不用前面的任何单元格。
+#
 # ### 1.1　共享前缀为什么值得缓存
 #
 # 在自回归模型里，位置 $t$ 的 key/value 只由 token $0, 1, \dots, t$ 决定（位置从 0 数起，第二部分也这样数）。于是，两个请求只要**从开头起**有一段完全相同的 token，这一段的 KV 就完全相同，算一次就够了。前缀缓存（prefix caching）的输入是“已经缓存的若干 token 前缀”和“新请求的 prompt”，输出是“可以直接复用的前缀范围”与“仍需计算的后缀”。
@@ -29,15 +36,22 @@
 #
 # | 分块相关的量 | 含义 | 对资源压力的影响 |
 # |---|---|---|
-# | `block_size` | 每个 chunk 最多包含的 token 数 | 决定单次 prefill 的工作集上限 |
-# | `chunks` | suffix 被切出来的 token 块序列 | 可以逐块推进，而不是一口气处理完整个 suffix |
-# | 尾块 | 最后一个不足 `block_size` 的 chunk | 真实输入长度很少恰好整除，必须正确处理 |
+# | **分块大小**（chunk size，参数 `block_size`） | 每个 **chunk**（一次送进模型的一段 token）最多包含的 token 数 | 决定单次 prefill 的工作集上限 |
+# | `chunks` | suffix 被切出来的 chunk 序列 | 可以逐块推进，而不是一口气处理完整个 suffix |
+# | 尾块 | 最后一个不足分块大小的 chunk | 真实输入长度很少恰好整除，必须正确处理 |
 #
-# **`block_size` 在本 notebook 里有两种含义，** 沿用题目给出的参数名，引擎里它们是两个不同的参数：
-# - **第一、二部分：分块预填充的块大小（chunk size）。** 一个 prompt 一次前向最多送进几个 token，限制的是单次 prefill 的工作集。第二部分的函数参数就叫 `chunk_size`。引擎里没有一个参数和它一一对应：vLLM 的 `max_num_batched_tokens` 是**每一步**的 token 预算，这一步里所有请求的 decode token 和 prefill 块共用它；单个请求每步最多拿多少 prefill token 由 `long_prefill_token_threshold` 限制，vLLM 0.33 的默认是 0，即不单独限制（`vllm/v1/core/sched/scheduler.py` 的 `schedule`；默认值随版本变，见 4.2 节）。SGLang 的 `--chunked-prefill-size` 是一个 prefill batch 的分块预算（`python/sglang/srt/managers/schedule_policy.py` 的 `PrefillAdder`），`--max-prefill-tokens`（默认 16384）再给一个 prefill batch 的 token 数设一个上限。只有一个请求在做 prefill、没有别的 decode 时，这些预算才等于这里的 chunk 大小。
-# - **第三部分：KV cache 的块（页）大小（block / page size）。** 每个物理块存几个 token 的 K/V，决定前缀缓存的粒度：只有满块才能共享。vLLM 叫 `--block-size`（PagedAttention 的页），SGLang 叫 `--page-size`。
+# **chunk 不是 KV 块。** 这一部分和第二部分说的“块”都是 chunk：一次前向送进模型的一段 token，它的长度上限叫**分块大小**。第三到五部分还会出现另一种块，**KV 块**（block）：显存里固定存放若干个 token 的 K/V 的一页，只有满页才能在请求之间共享。两者在引擎里是两个独立的设置，例如 KV 块是 16 个 token，而一次 prefill 最多处理 2048 个 token。
 #
-# 两者可以独立设置：例如 KV 块是 16 个 token，而每次 prefill 最多处理 2048 个 token。
+# 下面的 `PrefixCacheManager(block_size=4)` 里，`block_size` 就是分块大小：这个参数名来自本章最初的题目，已经发出去的作业和评分都按它调用，所以没有改名。第二部分的函数参数直接叫 `chunk_size`。
+#
+# <details><summary>深入：引擎里哪个参数对应分块大小（vLLM 0.33、SGLang）</summary>
+#
+# - 引擎里没有一个参数和分块大小一一对应。vLLM 的 `max_num_batched_tokens` 是**每一步**的 token 预算，这一步里所有请求的 decode token 和 prefill chunk 共用它；单个请求每步最多拿多少 prefill token 由 `long_prefill_token_threshold` 限制，vLLM 0.33 的默认是 0，即不单独限制（`vllm/v1/core/sched/scheduler.py` 的 `schedule`；默认值随版本变）。
+# - SGLang 的 `--chunked-prefill-size` 是一个 prefill batch 的分块预算（`python/sglang/srt/managers/schedule_policy.py` 的 `PrefillAdder`），`--max-prefill-tokens`（默认 16384）再给一个 prefill batch 的 token 数设一个上限。
+# - 只有一个请求在做 prefill、没有别的 decode 时，这些预算才等于这里的分块大小。
+# - KV 块的大小在 vLLM 叫 `--block-size`（PagedAttention 的页），在 SGLang 叫 `--page-size`。
+#
+# </details>
 
 # %% [markdown]
 # ### 1.4　实现前缀缓存管理器与分块计划
@@ -46,12 +60,12 @@
 #
 # | 阶段 | 要完成的内容 | 产出与检查项 |
 # |---|---|---|
-# | 表示与分块 | TODO 1–2：统一 token 类型，按 `block_size`（chunk 大小）切块 | token 列表、chunk 边界、尾块 |
+# | 表示与分块 | TODO 1–2：统一 token 类型，按分块大小（`self.block_size`）切块 | token 列表、chunk 边界、尾块 |
 # | 前缀命中 | TODO 3–5：登记前缀、求最长命中、拆出 suffix | `hit_len`、`reusable_prefix`、`suffix` |
 # | 执行账本 | TODO 6–8：生成分块计划、统计复用 | `hit_tokens`、`uncached_tokens`、`reuse_ratio`、suffix 的 chunks |
 #
 # **提示**
-# - 基础表示：`_normalize` 把 list、tuple、range 等输入统一成普通 `list`；`_chunk_tokens` 先 normalize，再按 `block_size` 切成 tuple，最后一块可以不满。
+# - 基础表示：`_normalize` 把 list、tuple、range 等输入统一成普通 `list`；`_chunk_tokens` 先 normalize，再按分块大小 `self.block_size` 切成 tuple，最后一块可以不满。
 # - 命中路径：`add_prefix` 登记前缀（重复登记不应产生新条目），`match_prefix` 只接受从开头连续的命中并取最长，`split_prompt` 据此拆出前缀和后缀，返回 3 元组 `(prefix, suffix, hit_len)`：普通 tuple 或它的子类（例如 `NamedTuple`）都可以，`prefix` 和 `suffix` 是普通 list。
 # - 执行账本：`chunked_prefill_plan` 对整个 prompt 切块；`cache_stats` 统计 token 级命中；`chunked_suffix_prefill_plan` 只对 suffix 切块。
 #
@@ -176,7 +190,7 @@ class PrefixCacheManager:
 #
 # <details><summary>TODO 2 · 提示 2</summary>
 #
-# 用步长为 `block_size` 的 `range` 列出每块的起点，对每个起点切出一段并转成 tuple。`range` 的终点就是 `len(tokens)`，不要缩短它，否则不满的尾块会丢。
+# 用步长为分块大小（`self.block_size`）的 `range` 列出每块的起点，对每个起点切出一段并转成 tuple。`range` 的终点就是 `len(tokens)`，不要缩短它，否则不满的尾块会丢。
 #
 # </details>
 #
@@ -188,7 +202,7 @@ class PrefixCacheManager:
 #
 # <details><summary>TODO 3 · 提示 2</summary>
 #
-# `chunked_prefixes` 的每一项与 `cached_prefixes` 下标相同，内容是把这个前缀交给 TODO 2 的方法得到的 chunk 列表。这里的 chunk 是分块预填充的块（1.3 节的第一种含义），不是第三部分的 KV 块。
+# `chunked_prefixes` 的每一项与 `cached_prefixes` 下标相同，内容是把这个前缀交给 TODO 2 的方法得到的 chunk 列表。这里的 chunk 是分块预填充的块（1.3 节），不是第三部分的 KV 块。
 #
 # </details>
 #
@@ -255,7 +269,7 @@ class PrefixCacheManager:
 # %% [markdown]
 # ### 测试
 #
-# 运行下面的单元格检查 TODO 1–8（几秒内跑完）。每条断言失败时都会写明是哪个 TODO、输入是什么、应该得到什么、实际得到什么；你的代码抛出的异常保持原样（`TypeError` 就是 `TypeError`），只有某个方法里仍是 `raise NotImplementedError()` 时才提示“请先完成 TODO N”。这里全部通过，说明基本路径正确；评分时还会用随机输入、边界情况和多种 `block_size` 再检查一遍。
+# 运行下面的单元格检查 TODO 1–8（几秒内跑完）。每条断言失败时都会写明是哪个 TODO、输入是什么、应该得到什么、实际得到什么；你的代码抛出的异常保持原样（`TypeError` 就是 `TypeError`），只有某个方法里仍是 `raise NotImplementedError()` 时才提示“请先完成 TODO N”。这里全部通过，说明基本路径正确；评分时还会用随机输入、边界情况和多种分块大小再检查一遍。
 
 # %% nbgrader={"grade": false, "grade_id": "check_time_box", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #@title 可见检查的时限：每个检查最多运行 BOX_SECONDS 秒，超时就失败并写明是哪个 TODO（已给出，运行即可）
@@ -498,7 +512,7 @@ def test_prefix_cache_manager():
 
 
 def run_visible_test(test, todo_of_method):
-    """Run `test`; an unfinished TODO is named, any other exception keeps its type and says where."""
+    """运行 test：没做完的 TODO 指名是哪一个，其他异常保留原来的类型并说明出在哪里。"""
     try:
         test()
     except NotImplementedError as error:
@@ -510,11 +524,6 @@ def run_visible_test(test, todo_of_method):
 
 
 run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
-
-# %% [markdown]
-# ### 自动评分单元格（每个 TODO 分几格，合计 100 分）
-#
-# 下面每个单元格检查一个 TODO 的一个方面，第一行注释写明它检查什么、值几分：基本行为、边界情况（空 prompt、完整命中、不满的尾块……）、返回类型、不修改缓存和输入。单元格里的检查是隐藏的，评分时才运行：固定随机种子的随机输入与参考实现对比、list / tuple / range 三种输入、多种 `block_size`。每格只检查自己的 TODO：它用到的其他方法都换成参考实现，所以别的 TODO 写错不会连累这一格。评分反馈会列出每一格的得分和第一条失败信息。
 
 # %%
 #| checks: todo1.py
@@ -541,7 +550,7 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 #
 # **TODO 1　统一 token 表示。** `normalized = list(tokens)`。list、tuple、range 的元素相同，但 `[1, 2] == (1, 2)` 为 `False`：若不统一类型，后面的切片比较会悄悄失败。`list(...)` 还顺带复制了一份，调用方的序列不会被改动。
 #
-# **TODO 2　按 `block_size` 分块。** `[tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]`。步长等于块大小，切片越界时 Python 自动截断，所以不满的尾块自然保留下来；用 tuple 表示块，是因为块一旦形成就不应再改，而且 tuple 可以做字典的键（第三部分的块哈希就要用到）。常见错误：`range(0, len(tokens) - self.block_size, ...)` 或 `len(tokens) // self.block_size` 会丢掉尾块。
+# **TODO 2　按分块大小切块。** `[tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]`。步长等于块大小，切片越界时 Python 自动截断，所以不满的尾块自然保留下来；用 tuple 表示块，是因为块一旦形成就不应再改，而且 tuple 可以做字典的键（第三部分的块哈希就要用到）。常见错误：`range(0, len(tokens) - self.block_size, ...)` 或 `len(tokens) // self.block_size` 会丢掉尾块。
 #
 # **TODO 3　登记前缀。** `prefix_chunks = self._chunk_tokens(prefix)`。`cached_prefixes` 存完整前缀，`chunked_prefixes` 存同一前缀的分块视图，两者下标一一对应；只有第一次见到这个前缀时才写入，否则重复登记会让两个列表错位，也会让统计失真。
 #
@@ -557,7 +566,7 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 #
 # ### 要点回顾
 # - **前缀缓存为什么成立：** 因果注意力下，一个位置的 KV 只取决于它和它之前的 token，所以共享前缀的 KV 对所有请求都一样。
-# - **为什么 `chunked_prefixes` 按 `block_size` 切：** 这里的块是分块预填充的 chunk（1.3 节的第一种含义）：登记前缀时顺便记下它会分几次送进模型。它和 PagedAttention 的 KV 块不是一回事：KV 块（1.3 节的第二种含义，第三部分的 `block_size`）决定 KV 显存按多大的页分配、共享和回收，两者在引擎里是两个独立的参数。
+# - **为什么 `chunked_prefixes` 按分块大小切：** 这里的块是分块预填充的 chunk（1.3 节）：登记前缀时顺便记下它会分几次送进模型。它和 PagedAttention 的 KV 块不是一回事：KV 块决定 KV 显存按多大的页分配、共享和回收，两者在引擎里是两个独立的参数。
 # - **工程上还缺什么：** 真实系统里缓存占用显存，必须配合淘汰策略（LRU）、引用计数和物理块管理；第三部分（选做）会实现它们。
 
 # %% [markdown]
@@ -565,4 +574,29 @@ run_visible_test(test_prefix_cache_manager, TODO_OF_METHOD)
 #
 # - **证明了：** 命中长度、suffix 拆分、分块计划和 token 级账本的控制逻辑是对的（随机输入与参考实现逐一比对）。
 # - **没有证明：** 真实 KV 张量的复用是否正确、显存省了多少、TTFT / TPOT 和吞吐如何变化。`reuse_ratio` 是 token 数之比，不是显存或时间之比。第二部分用一个小 Transformer 给出“缓存后 logits 与完整 prefill 相同”的证据和 CPU 上的实测；服务级别的指标需要 serving 基准测试（例如 vLLM 的 `vllm bench serve`）。
-# - **没有实现：** LRU 淘汰、引用计数、物理 block 分配、跨 worker 的 KV 传输。其中前三项是第三部分（选做）的内容。
+# - **没有实现：** LRU 淘汰、引用计数、物理 KV 块的分配、跨 worker 的 KV 传输。其中前三项是第三部分（选做）的内容。
+
+# %% [markdown]
+# ### 1.6　小结
+#
+# - 因果注意力下，一个位置的 KV 只取决于它和它前面的 token；所以只有从 prompt 开头连续相同的前缀才是命中，命中的部分可以跳过 prefill。
+# - 新请求在缓存里取**最长**的命中，剩下的后缀才要计算；`reuse_ratio` 是 token 数之比，不是时间或显存之比。
+# - 分块预填充只切未命中的后缀，每块最多“分块大小”个 token，最后一块可以不满。
+# - chunk（一次前向的一段 token）和 KV 块（显存里的一页 K/V）是两回事；这一部分只有 chunk。
+#
+# ### 1.7　练习（不计分，答案在答案版里）
+#
+# 1. 缓存里有前缀 `(1, 2, 3)`，新 prompt 是 `[9, 1, 2, 3, 4]`。命中多长？为什么 `1, 2, 3` 在这里的 KV 和缓存里的不同？
+# 2. 两个缓存前缀 `(1, 2)` 和 `(1, 2, 3, 4)` 都命中同一个 prompt。取短的那个会错吗？会浪费什么？
+# 3. 分块大小为 4 时，一个 10 个 token、命中 6 个的 prompt，`chunked_prefill_plan` 和 `chunked_suffix_prefill_plan` 各给出几块、每块多长？
+# 4. `reuse_ratio = 0.9` 是否意味着 prefill 的时间省了 90%？先写下你的猜测，第二部分的代价模型会给出答案。
+# 5. 本部分的 `match_prefix` 把 prompt 和每个缓存前缀逐个比较。缓存里有一万个前缀时，这样做的代价是多少？第三部分用什么办法避开它？
+
+# %% [markdown] tags=["solutions-only"]
+# #### 练习答案（第一部分）
+#
+# 1. 命中 0 个 token：命中必须从第一个 token 开始。这里的 `1, 2, 3` 前面多了一个 `9`，每个位置的注意力都看得到它，所以 KV 与缓存里从位置 0 开始的 `1, 2, 3` 不同。
+# 2. 结果不会错：短前缀的 KV 也是对的，只是后缀更长，要多算 2 个 token 的 prefill。取最长的命中是为了少算。
+# 3. `chunked_prefill_plan` 给 3 块：4、4、2 个 token；后缀是 4 个 token，`chunked_suffix_prefill_plan` 给 1 块：4 个 token。
+# 4. 不是。注意力的代价随位置增长，没命中的 10% 恰好是最后、也最贵的位置。第二部分的代价模型给出加速比 S(h, T)：prompt 短时（线性层为主）接近 1/(1 − h) = 10 倍，极长时（注意力为主）趋于 1/(1 − h²) ≈ 5.3 倍；在 GPU 上，短后缀的前向还受读权重的带宽限制，实测更低。
+# 5. 每次查询要和一万个前缀各比较一次，代价与前缀总长成正比。第三部分把 prompt 切成固定大小的 KV 块，每块的哈希包含它前面的全部内容（哈希链），查一个块就是查一次字典，命中长度按块逐个往后找。

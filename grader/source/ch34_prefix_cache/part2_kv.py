@@ -2,6 +2,13 @@
 # ---
 # ## 第二部分（{{points:kv}}）：从账本到真实 KV —— 在一个小 Transformer 上做前缀缓存与分块预填充
 #
+# **学习目标：** 学完这一部分，你能
+# - 说明带 KV cache 接着算为什么等于从头完整算（因果性），以及它依赖的两个前提：右下角对齐的掩码和绝对位置；
+# - 实现分块预填充和一个持有真实 KV 的前缀缓存，并用 `torch.allclose` 证明结果不变；
+# - 用一个代价模型估算命中 h 能让 prefill 快多少，说清楚分块省下了什么、没省下什么。
+#
+# **用时：** 约 1.5 小时（TODO 9–10）。**需要：** 第一部分的 `PrefixCacheManager`（TODO 10 用它找命中；先让第一部分的可见检查通过）。
+#
 # 第一部分的 `PrefixCacheManager` 只记账：它告诉我们 prompt 的前 `hit_len` 个 token 可以复用、剩下的 suffix 要重新算，但它手里没有任何张量。这一部分把账本接到真实的 KV cache 上，并回答两个问题：
 #
 # 1. **结果对不对？** 命中前缀后只算 suffix，得到的 logits 和 KV 必须与“从头完整算一遍”一致（`torch.allclose`）。分块预填充也一样。
@@ -14,7 +21,7 @@
 # | 2.3 | 带真实 KV 的前缀缓存：复用最长命中前缀，只算 suffix | TODO 10 `KVPrefixCache` |
 # | 2.4 | 代价模型与 CPU 实测：缓存加速比、注意力峰值内存 | — |
 #
-# 这一部分开始用 PyTorch（只用 CPU，几秒内跑完）。TODO 9、10 各 15 分，计入成绩。这里的 `block_size` / `chunk_size` 是分块预填充的块大小（第一部分的含义），不是 KV 块的大小。
+# 这一部分开始用 PyTorch（只用 CPU，几秒内跑完）。这里的 `chunk_size`，以及 `KVPrefixCache` 沿用第一部分的参数名 `block_size`，都是第一部分的分块大小，不是 KV 块的大小。
 
 # %% nbgrader={"grade": false, "grade_id": "kv_imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 import math
@@ -463,19 +470,11 @@ run_visible_checks([("TODO 9", visible_check_todo9)])
 
 
 # %% [markdown]
-# #### 自动评分单元格：TODO 9（共 15 分）
-#
-# 下面每格检查 TODO 9 的一个方面，分值写在第一行。你只能看到这一行注释；评分时每格运行自己的隐藏检查（参考模型、随机 prompt、多种 chunk 大小、带前缀的 past_kv），失败时的消息写明输入、期望值和实际得到的值。
-
-# %%
-#| checks: todo9.py
-
-# %% [markdown]
 # ### 2.3　TODO 10：带真实 KV 的前缀缓存
 #
 # 现在把第一部分的账本和真实 KV 接起来。`KVPrefixCache` 用组合的方式持有一个 `PrefixCacheManager`（`self.manager`，负责登记前缀、找最长命中），再用字典 `self.prefix_kv` 保存每个已登记前缀的 KV：键是 `tuple(前缀 token)`，值是恰好覆盖这个前缀的 `past_kv`。
 #
-# **`add_prefix(token_ids)`**：算出前缀的 KV（用 `chunked_prefill`，`chunk_size = self.block_size`），存进 `self.prefix_kv`，再在 `self.manager` 里登记。已经登记过的前缀什么也不做，不要重算。
+# **`add_prefix(token_ids)`**：算出前缀的 KV（用 `chunked_prefill`，分块大小 `chunk_size = self.block_size`），存进 `self.prefix_kv`，再在 `self.manager` 里登记。已经登记过的前缀什么也不做，不要重算。
 #
 # **`prefill(token_ids) -> (logits, past_kv, hit_len)`**：
 #
@@ -486,7 +485,7 @@ run_visible_checks([("TODO 9", visible_check_todo9)])
 #
 # **不能改动缓存。** 缓存里的 KV 要被以后的许多请求复用：`prefill` 只能读它，不能把切短的或加长的 KV 写回 `self.prefix_kv`，也不能原地修改其中的张量。
 #
-# 评分时会把 `model` 包一层计数器：`prefill` 送入模型的 token 数必须正好是 `len(prompt) - hit_len`（重算已缓存的前缀会被发现），每次最多 `block_size` 个；还会登记多个前缀、检查无命中和完整命中，并把同一个 prompt prefill 两次、对比结果，确认缓存没被改坏。
+# 评分时会把 `model` 包一层计数器：`prefill` 送入模型的 token 数必须正好是 `len(prompt) - hit_len`（重算已缓存的前缀会被发现），每次最多分块大小（`self.block_size`）个；还会登记多个前缀、检查无命中和完整命中，并把同一个 prompt prefill 两次、对比结果，确认缓存没被改坏。
 
 # %% nbgrader={"grade": false, "grade_id": "todo10_kv_prefix_cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class KVPrefixCache:
@@ -637,12 +636,8 @@ def visible_check_todo10():
 run_visible_checks([("TODO 10", visible_check_todo10)])
 
 
-# %% [markdown]
-# #### 自动评分单元格：TODO 10（共 15 分）
-#
-# 评分时这几格把你的 `chunked_prefill` 和 `PrefixCacheManager` 换成参考实现（TODO 1–9 的错误不连累 TODO 10），再用一个计数的参考模型检查：送入模型的 token 数、分块大小、与完整前向的一致性，以及缓存是否被改动。
-
 # %%
+#| checks: todo9.py
 #| checks: todo10.py
 
 # %% [markdown] tags=["solutions-only"]
@@ -657,7 +652,7 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 # %% [markdown]
 # ### 2.4　代价模型：命中 h 能省多少？
 #
-# 设模型有 `L` 层、宽度 `d`，`N` 个非嵌入参数。这里把 `lm_head` 也算进 `N`，因为本章的小模型对送入的每个 token 都算 logits。真实引擎不这样做：每个被调度的请求每一步只为它这一步最后一个位置算一行 logits（vLLM 的 `vllm/v1/worker/gpu_model_runner.py` 在 `_prepare_inputs` 里取 `logits_indices = query_start_loc[1:] - 1`，每个请求一行），不是最后一块的 prefill 块也照算这一行、照样采样，再把采样结果丢掉——源码注释说这样做是“为了简单”（we do so for simplicity）。所以把这个模型套到真实模型上时，`N` 不含 `lm_head`；`lm_head` 的运算量按“每个请求每步一行”另算，prefill 几千个 token 时可以忽略。prefill `T` 个 token 的浮点运算量：
+# 设模型有 `L` 层、宽度 `d`，`N` 个非嵌入参数。这里把 `lm_head` 也算进 `N`，因为本章的小模型对送入的每个 token 都算 logits。真实引擎每个请求每一步只为最后一个位置算一行 logits，所以套到真实模型上时 `N` 不含 `lm_head`（见下面的深入框）。prefill `T` 个 token 的浮点运算量：
 #
 # - **线性层：** 每个 token 过一遍全部权重，约 `2N` 次运算，合计 `2N·T`。
 # - **注意力：** 位置 `t` 的 query 要和 `t + 1` 个 key 做点积、再对同样多个 value 加权，每层约 `4·d·t` 次运算；对 `t = 0..T-1` 求和，`L` 层合计约 `2·L·d·T²`。
@@ -677,7 +672,13 @@ run_visible_checks([("TODO 10", visible_check_todo10)])
 #
 # 所以对一个 8B 模型、几千 token 的 prompt，命中 90% 在运算量上仍接近 10 倍；“只剩约 5.3 倍”要到远超 `T*` 的长上下文才接近。token 级的 `reuse_ratio` 不等于时间的节省比例，差多少取决于 `T` 与 `T*` 之比。还有一点是这个只数浮点运算的模型看不到的：在 GPU 上，一段短 suffix 的前向主要花在把全部权重从显存读一遍上（受带宽限制，而不是受算力限制），少算的运算并不按比例变成少花的时间，实测加速比会低于 `S`。
 #
-# 两点说明：（1）我们的注意力先算完整的 `T × S` 分数再掩码，被掩掉的上三角也算了；下面的计时里，基线（空缓存，`h = 0`）与命中路径都走 `chunked_prefill`、按 `block_size` 分块，被白算的只剩每块对角线上的小三角，约多出 `block_size / T` 的注意力运算，与代价模型的假设基本一致。（2）代价模型只数浮点运算：调用开销、KV 拼接（`torch.cat` 每块复制一次已有 KV）和内存带宽都不在里面，suffix 越短，这些固定开销的占比越大，实测/模型 的比值就越低。
+# 两点说明：（1）我们的注意力先算完整的 `T × S` 分数再掩码，被掩掉的上三角也算了；下面的计时里，基线（空缓存，`h = 0`）与命中路径都走 `chunked_prefill`、按分块大小 `c` 分块，被白算的只剩每块对角线上的小三角，约多出 `c / T` 的注意力运算，与代价模型的假设基本一致。（2）代价模型只数浮点运算：调用开销、KV 拼接（`torch.cat` 每块复制一次已有 KV）和内存带宽都不在里面，suffix 越短，这些固定开销的占比越大，实测/模型 的比值就越低。
+#
+# <details><summary>深入：vLLM 0.33 只为每个请求的最后一个位置算 logits</summary>
+#
+# `vllm/v1/worker/gpu_model_runner.py` 在 `_prepare_inputs` 里取 `logits_indices = query_start_loc[1:] - 1`：每个被调度的请求每一步一行。一个长 prompt 中间的 prefill 块也照算这一行、照样采样，再把采样结果丢掉，源码注释说这样做是“为了简单”（we do so for simplicity）。所以 `lm_head` 的运算量按“每个请求每步一行”另算，prefill 几千个 token 时可以忽略。
+#
+# </details>
 #
 # 下面的单元格先定义测量用的工具函数（最后的 GPU 实验也用它们），再在 CPU 上实测。
 
@@ -765,12 +766,16 @@ def check_chunked_prefill(model, prompt, chunk_size, reference=None):
     if not (isinstance(logits, tuple) and len(logits) == 2):
         raise RuntimeError(f"测量前的核对：chunked_prefill 应返回 (logits, past_kv)，得到 {type(logits).__name__}。回到 TODO 9 检查它的 return")
     logits = logits[0]
-    if tuple(logits.shape) != tuple(reference.shape) or not torch.allclose(logits, reference, rtol=1e-4, atol=1e-4):
-        raise RuntimeError(
-            f"测量前的核对：chunked_prefill(model, {len(prompt)} 个 token, chunk_size={chunk_size}) 的 logits 与一次性前向不同"
-            f"（形状 {tuple(logits.shape)}，应为 {tuple(reference.shape)}）。回到 TODO 9（chunked_prefill）检查：每块要带上一块返回的 past_kv"
-        )
-    return logits
+    if tuple(logits.shape) != tuple(reference.shape):
+        how = f"形状是 {tuple(logits.shape)}，应为 {tuple(reference.shape)}"
+    elif not torch.allclose(logits, reference, rtol=1e-4, atol=1e-4):
+        how = f"形状都是 {tuple(logits.shape)}，但数值不同：最大差 {(logits - reference).abs().max().item():.2e}"
+    else:
+        return logits
+    raise RuntimeError(
+        f"测量前的核对：chunked_prefill(model, {len(prompt)} 个 token, chunk_size={chunk_size}) 的 logits 与一次性前向不同"
+        f"（{how}）。回到 TODO 9（chunked_prefill）检查：每块要带上一块返回的 past_kv"
+    )
 
 
 def measure_cached_speedup(model, num_tokens, hit_ratios, block_size, repeats=5, seed=0, synchronize=None) -> list:
@@ -905,7 +910,7 @@ except (ValueError, TypeError, KeyError, IndexError, AttributeError) as error:
 finally:
     torch.set_num_threads(speed_threads)
 if speed_rows:
-    print(f"T = 512，d = 128，L = 2，N = {non_embedding_params(speed_model):,}，block_size = 64，单线程；21 轮交错计时，每轮每个 h 各测一次")
+    print(f"T = 512，d = 128，L = 2，N = {non_embedding_params(speed_model):,}，分块大小 = 64，单线程；21 轮交错计时，每轮每个 h 各测一次")
     show_table(speed_rows, SPEEDUP_COLUMNS)
     noise = speed_rows[0]
     print(f"\nh = 0 这一行两边做的是同一件事：它的比值在 {noise['spread_lo']:.2f}–{noise['spread_hi']:.2f} 之间，这就是这次测量的噪声。")
@@ -932,13 +937,20 @@ if speed_rows:
 #
 # 一次性预填充 `T` 个 token 时，每层的注意力分数张量是 `(n_heads, T, T)`，随 `T` 平方增长；按 `c` 个 token 一块送入时，第 `j` 块的分数张量是 `(n_heads, c, 已有 token + c)`，最大的一块约 `n_heads · c · T`。所以注意力的工作集从 `O(T²)` 降到 `O(c·T)`，MLP 的中间激活也从 `T × 4d` 降到 `c × 4d`。
 #
-# **这个 `O(T²) → O(c·T)` 只对本章这种朴素注意力成立**：它把分数张量整个算出来放在内存里。用 FlashAttention（第 20 章）时，分数按小块在片上算完就丢，从不完整写进显存，一次性 prefill 的注意力本来就只要 `O(T)` 的额外内存。那时分块限制的主要是线性层和 MLP 的激活（`c × 4d` 而不是 `T × 4d`），也就是一步里送进模型的 token 数。vLLM 正是按这个数预留激活内存：启动时用 `max_num_batched_tokens` 个 token 的假 batch 跑一遍前向（`vllm/v1/worker/gpu_model_runner.py` 的 `profile_run`），量出峰值，剩下的显存才分给 KV cache。
+# **这个 `O(T²) → O(c·T)` 只对本章这种朴素注意力成立**：它把分数张量整个算出来放在内存里。用 FlashAttention（第 20 章）时，分数按小块在片上算完就丢，从不完整写进显存，一次性 prefill 的注意力本来就只要 `O(T)` 的额外内存。那时分块限制的主要是线性层和 MLP 的激活（`c × 4d` 而不是 `T × 4d`），也就是一步里送进模型的 token 数。vLLM 正是按这个数预留激活内存：启动时用一步最多的 token 数跑一遍假的前向，量出峰值，剩下的显存才分给 KV cache（见下面的深入框）。
 #
 # **没省下的：**
 #
 # - **KV cache 本身。** prefill 结束时 `T` 个 token 的 K、V 一个不少：`2 · L · T · d` 个元素，和分不分块无关。下表最后一列就是它。
 # - **运算量。** 每个 token 仍要看它前面的全部 token，总 FLOPs 不变（我们的实现把掩掉的部分也算了，分块后白算的反而更少）。
-# - **时间。** 块越小，调用次数越多；每块都要把已有 KV 重新读一遍，朴素的连续 KV（`torch.cat`）还要每块复制一遍。分块换来的是峰值内存和调度的灵活性：serving 系统把一个长 prompt 拆开，让正在解码的请求不必等整段 prefill 做完。两个引擎的做法不同，这决定了 decode 会不会停顿：vLLM v1 在**同一步**里放 decode 和 prefill 块，先排 decode，剩下的 token 预算再给 prefill 块（`vllm/v1/core/sched/scheduler.py`；Sarathi-Serve 的 stall-free batching 也是这样）；SGLang 默认“能做 prefill 就先做 prefill”，prefill 和 decode 分成不同的前向（`python/sglang/srt/managers/scheduler.py` 的 `get_next_batch_to_run`），只有打开 `--enable-mixed-chunk` 时才把 decode 混进 prefill 块所在的那一步。这一点这里没有测。
+# - **时间。** 块越小，调用次数越多；每块都要把已有 KV 重新读一遍，朴素的连续 KV（`torch.cat`）还要每块复制一遍。分块换来的是峰值内存和调度的灵活性：serving 系统把一个长 prompt 拆开，让正在解码的请求不必等整段 prefill 做完。vLLM v1 的调度器没有“prefill 阶段”和“decode 阶段”之分：每一步先按接纳的先后顺序排**已在运行**的请求（在 decode 的，和 prefill 还没做完、这一步接着送下一块的，一视同仁），各拿它欠的 token 数，直到这一步的 token 预算用完，剩下的预算才接纳等待队列里的新请求；所以 decode 和 prefill 块落在同一步里。SGLang 默认把 prefill 和 decode 放进不同的前向。这一点这里没有测，第四部分的调度器会实现 vLLM 的排法。
+#
+# <details><summary>深入：两个引擎的源码在哪里（vLLM 0.33、SGLang）</summary>
+#
+# - vLLM：`vllm/v1/core/sched/scheduler.py` 的 `schedule`，先是注释 “First, schedule the RUNNING requests” 下的循环，按 `self.running` 的顺序给每个请求分 `num_tokens_with_spec − num_computed_tokens` 个 token（受 `long_prefill_token_threshold` 和剩余预算限制），再是等待队列；同一文件开头的注释写明调度里没有 decode 阶段和 prefill 阶段。激活内存的预留在 `vllm/v1/worker/gpu_model_runner.py` 的 `profile_run`，假 batch 的 token 数是 `max_num_batched_tokens`。
+# - SGLang：`python/sglang/srt/managers/scheduler.py` 的 `get_next_batch_to_run` 默认先做 prefill，prefill 与 decode 是不同的前向；打开 `--enable-mixed-chunk` 时才把 decode 混进 prefill 块所在的那一步。
+#
+# </details>
 #
 # 下表是一次**形状检查**，不是内存测量：`scores_tap` 上的 hook 记下经过它的最大一个分数张量的字节数，而这个张量的形状是我们的代码自己定的，所以“hook / 解析”等于 1.000 是必然的，它只说明 `chunked_prefill` 真的按 `chunk_size` 把 token 分块送进了模型（送错了块，这一列就不是 1）。测量前，单元格先核对每种分块的 logits 与一次性前向相同，不同就指出 TODO 9。分配器的总峰值（掩码、softmax 的输出、KV 拼接也要内存）要用分配器量：最后的 GPU 实验用 `torch.cuda.max_memory_allocated` 量整个 prefill。
 
@@ -988,3 +1000,28 @@ if memory_rows:
 # - **证明了：** 在一个随机权重的小 Transformer 上，分块预填充、以及复用缓存前缀后只算 suffix，得到的 logits 和 KV 与一次完整前向一致（`torch.allclose`，`atol = 1e-5`，float32；bf16 下两条路径可能差出舍入误差，见 2.1 节）。等式来自因果性，与权重是否训练过、模型大小无关；右下角对齐的掩码和绝对位置是它成立的两个前提。评分测试用随机 prompt、多种 chunk 大小和前缀组合检查了这一点。
 # - **测量了：** 单个 prompt 在 CPU 上（单线程）、float32 小模型的 prefill 耗时；分数张量那张表是形状检查，不是内存测量。`h = 0` 那一行两边做的是同一件事，它的比值范围就是这次测量的噪声：一行的实测加速比与代价模型的差别，只有超出这个范围才算测到了。在几个进程共用的 CPU 上这个范围可能很宽，宽到跨过 1（看上面表里 `h = 0` 那一行这次印出的最小–最大）；能稳定看到的只有“命中越多越快”，实测比代价模型快还是慢，要看那次运行的噪声有多大。这些数字也不能当作 GPU 上的数字。
 # - **没有测：** batch、调度、TTFT / TPOT、吞吐、显存碎片、真实模型的权重与 kernel（FlashAttention、分页 KV）。这些需要 serving 级别的基准测试（例如 vLLM 的 `vllm bench serve`）。最后的 GPU 实验给出分配器层面的峰值显存，但仍只是这个小模型上的一次 prefill。
+
+# %% [markdown]
+# ### 2.6　小结
+#
+# - 带 KV cache 接着算等于从头完整算，靠的是因果性；要让它成立，掩码必须按右下角对齐，位置必须是绝对位置。
+# - 分块预填充是一场接力：每块带着上一块返回的 KV。前缀缓存在此之上只改一件事：第一块接着命中前缀的 KV 算。
+# - 整个 prompt 都命中时仍要算最后一个 token，因为下一个 token 要从它的 logits 采样；缓存的 KV 只能读，不能写回。
+# - 命中 h 的加速比在 1/(1 − h) 与 1/(1 − h²) 之间，取决于 prompt 长度 T 与 N/(L·d) 之比；分块只降低一步的峰值内存，不减少 KV、运算量或时间。
+#
+# ### 2.7　练习（不计分，答案在答案版里）
+#
+# 1. 把 `CausalSelfAttention` 的掩码改成 `tril(diagonal=0)`，哪些结果会变？一次性前向（`past_kv=None`）的结果会变吗？为什么？
+# 2. 一个模型用 RoPE 而不是学习式位置表。带 KV cache 接着算时，新 token 的位置从哪里来？位置从 0 重数会怎样？
+# 3. 本章小模型 `d = 128`、`L = 2`，`N` 约 40 万，命中 50% 的 prompt 有 `T = 512` 个 token。用代价模型算 S(0.5, 512)，和 1/(1 − h) 比一比。
+# 4. 分块大小为 64 时，`T = 512` 的一次 prefill 最大的注意力分数张量是一次性 prefill 的几分之一？KV cache 的大小变了吗？
+# 5. `KVPrefixCache` 为每个登记的前缀存一份完整的 KV。两个前缀共享前 1000 个 token 时，这份共享部分存了几份？第三部分的 KV 块怎样避免它？
+
+# %% [markdown] tags=["solutions-only"]
+# #### 练习答案（第二部分）
+#
+# 1. 一次性前向不变：`past_kv=None` 时 `S = T`，两种对角线相同。带缓存或分块时 `S > T`，左上角对齐让第 `i` 个新 token 只看到前 `i + 1` 个 key，logits 和 KV 都错，TODO 9、10 的等式检查会失败。
+# 2. 位置仍是 `P + i`（`P` = 已缓存的 token 数）：RoPE 按绝对位置旋转 q 和 k，缓存里的 k 已经按各自的位置转过。从 0 重数，新 token 的 q 会按错误的角度旋转，与缓存 k 的相对位置全错。
+# 3. `T* = N/(L·d) ≈ 402688 / 256 ≈ 1573`，`L·d·T = 256 × 512 = 131072`。S = (402688 + 131072) / (402688 × 0.5 + 131072 × 0.75) = 533760 / 299648 ≈ 1.78，略低于 1/(1 − 0.5) = 2：注意力那一项让没命中的后半段更贵。
+# 4. 一次性是 `n_heads · 512 · 512`，分块时最大一块是 `n_heads · 64 · 512`，即 1/8。KV cache 不变：`2 · L · T · d` 个元素，与分不分块无关。
+# 5. 两份：每个前缀各存一份完整的 KV。第三部分把 KV 切成固定大小的块，以哈希链标识，两个前缀共享的满块只存一次，用引用计数记录有几个请求在用。

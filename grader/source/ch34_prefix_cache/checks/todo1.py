@@ -8,10 +8,10 @@ import random
 
 TODO = "TODO 1"
 UNDER_TEST = "_normalize"  # what the learner writes; every other TODO's code is the oracle
-TOTAL_POINTS = {1: 8}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {1: 3}  # the TODO's points, shared by its checks
 
 
-@check(points=4, title="基本", says="随机 list 输入，内容、顺序与重复 token 都与参考实现相同")
+@check(points=1, title="基本", says="随机 list 输入，内容、顺序与重复 token 都与参考实现相同")
 def check_todo1_basic(ns):
     """Random lists: same tokens, same order, repeats kept."""
     manager = _probe(ns, block_size=3)
@@ -31,7 +31,7 @@ def check_todo1_basic(ns):
         )
 
 
-@check(points=2, title="类型", says="tuple / range 输入也得到元素相同的普通 list")
+@check(points=1, title="类型", says="tuple / range 输入也得到元素相同的普通 list")
 def check_todo1_types(ns):
     """tuple and range become a plain list of int (the contents are check_todo1_basic's business)."""
     manager = _probe(ns, block_size=3)
@@ -51,7 +51,7 @@ def check_todo1_types(ns):
     _varies(f"{TODO} · 类型: _normalize", results, [list(tokens) for tokens in cases])
 
 
-@check(points=2, title="边界", says="空输入、单个 token；不修改传入的序列")
+@check(points=1, title="边界", says="空输入、单个 token；不修改传入的序列")
 def check_todo1_edge(ns):
     """Empty inputs of every kind, one token; the caller's list is left as it was."""
     manager = _probe(ns, block_size=3)

@@ -12,7 +12,7 @@ import torch
 
 TODO = "TODO 10"
 UNDER_TEST = "KVPrefixCache.add_prefix / prefill"  # what the learner writes; every other TODO's code is the oracle
-TOTAL_POINTS = {10: 15}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {10: 16}  # the TODO's points, shared by its checks
 
 
 def _oracle_chunked_prefill(model, token_ids, chunk_size, past_kv=None):
@@ -240,7 +240,7 @@ def check_todo10_miss(ns):
                 s.expect(middle, 0, label, s.prefill(middle, label))
 
 
-@check(points=4, title="命中", says="复用最长命中前缀的 KV，只把 suffix 送入模型，logits 与 KV 等于完整前向")
+@check(points=5, title="命中", says="复用最长命中前缀的 KV，只把 suffix 送入模型，logits 与 KV 等于完整前向")
 def check_todo10_hit(ns):
     """A partial hit: the longest registered prefix is reused and only the suffix is computed."""
     with _oracles(ns):

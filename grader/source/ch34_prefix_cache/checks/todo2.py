@@ -8,7 +8,7 @@ import random
 
 TODO = "TODO 2"
 UNDER_TEST = "_chunk_tokens"  # the method this file grades; every other TODO's method is the oracle
-TOTAL_POINTS = {2: 12}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {2: 4}  # the TODO's points, shared by its checks
 
 
 def _hint(got, expected, tokens, size):
@@ -38,7 +38,7 @@ def _check_cases(ns, label, cases):
         )
 
 
-@check(points=4, title="基本", says="能整除时按 block_size 切块，多种 block_size（含默认的 4）")
+@check(points=1, title="基本", says="能整除时按 block_size 切块，多种 block_size（含默认的 4）")
 def check_todo2_basic(ns):
     """Lengths that divide evenly into block_size chunks, several block sizes and the default."""
     rng = random.Random(3402)
@@ -48,7 +48,7 @@ def check_todo2_basic(ns):
     _check_cases(ns, "基本", cases)
 
 
-@check(points=4, title="尾块", says="长度不能整除、比一块还短时，不满的尾块也保留")
+@check(points=1, title="尾块", says="长度不能整除、比一块还短时，不满的尾块也保留")
 def check_todo2_tail(ns):
     """A last chunk shorter than block_size, and inputs shorter than one chunk."""
     rng = random.Random(3412)
@@ -60,7 +60,7 @@ def check_todo2_tail(ns):
     _check_cases(ns, "尾块", cases)
 
 
-@check(points=2, title="类型", says="返回 tuple 组成的 list；list / tuple / range 输入")
+@check(points=1, title="类型", says="返回 tuple 组成的 list；list / tuple / range 输入")
 def check_todo2_types(ns):
     """A plain list of plain tuples, for list, tuple and range inputs."""
     cases = ((2, [1, 2, 3]), (3, (4, 5, 6, 7)), (2, range(5)), (4, range(3, 11)))
@@ -78,7 +78,7 @@ def check_todo2_types(ns):
     _varies(f"{TODO} · 类型: _chunk_tokens", results, [_chunks(t, s) for s, t in cases])
 
 
-@check(points=2, title="边界", says="空输入得到 []；不修改传入的序列")
+@check(points=1, title="边界", says="空输入得到 []；不修改传入的序列")
 def check_todo2_edge(ns):
     """Empty input of every kind gives []; the caller's list is left as it was."""
     for size in (1, 3, 4):

@@ -8,7 +8,7 @@ import random
 
 TODO = "TODO 3"
 UNDER_TEST = "add_prefix"  # the method this file grades; every other TODO's method is the oracle
-TOTAL_POINTS = {3: 12}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {3: 3}  # the TODO's points, shared by its checks
 
 
 def _entry_hint(entry, prefix, size):
@@ -24,7 +24,7 @@ def _register(manager, label, tokens):
     return where, _call(where, manager.add_prefix, tokens)
 
 
-@check(points=5, title="基本", says="不同前缀依次登记：cached_prefixes 与 chunked_prefixes 一一对应")
+@check(points=1, title="基本", says="不同前缀依次登记：cached_prefixes 与 chunked_prefixes 一一对应")
 def check_todo3_basic(ns):
     """Distinct prefixes: cached_prefixes holds each one, chunked_prefixes its chunks."""
     rng = random.Random(3403)
@@ -55,7 +55,7 @@ def check_todo3_basic(ns):
             )
 
 
-@check(points=4, title="重复登记", says="同一前缀再登记（list / tuple / range）什么也不做")
+@check(points=1, title="重复登记", says="同一前缀再登记（list / tuple / range）什么也不做")
 def check_todo3_repeat(ns):
     """Registering a prefix again, as a list, tuple or range, adds nothing to either list."""
     rng = random.Random(3413)
@@ -79,7 +79,7 @@ def check_todo3_repeat(ns):
             )
 
 
-@check(points=3, title="类型", says="返回 None；前缀是 tuple，分块是 tuple 组成的 list")
+@check(points=1, title="类型", says="返回 None；前缀是 tuple，分块是 tuple 组成的 list")
 def check_todo3_types(ns):
     """add_prefix returns None; a tuple per prefix, a list of tuples per chunked entry."""
     for tokens in ([1, 2, 3], (4, 5, 6, 7, 8), range(3)):

@@ -8,7 +8,7 @@ import random
 
 TODO = "TODO 4"
 UNDER_TEST = "match_prefix"  # the method this file grades; every other TODO's method is the oracle
-TOTAL_POINTS = {4: 16}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {4: 5}  # the TODO's points, shared by its checks
 
 
 def _hint(prefixes, prompt, got):
@@ -57,7 +57,7 @@ def _random_cache(rng):
     return prefixes
 
 
-@check(points=6, title="基本", says="随机缓存与 prompt：从开头连续匹配的最长命中")
+@check(points=2, title="基本", says="随机缓存与 prompt：从开头连续匹配的最长命中")
 def check_todo4_basic(ns):
     """Random caches and list prompts against the reference: the longest hit from the start."""
     rng = random.Random(3404)
@@ -74,7 +74,7 @@ def check_todo4_basic(ns):
             _ask(manager, "基本", prompt)
 
 
-@check(points=4, title="边界", says="空 prompt、空缓存、与前缀相同或更短的 prompt、出现在中间的前缀")
+@check(points=1, title="边界", says="空 prompt、空缓存、与前缀相同或更短的 prompt、出现在中间的前缀")
 def check_todo4_edge(ns):
     """Empty prompt, empty cache, a prompt equal to or shorter than a prefix, a hit mid-prompt."""
     cases = [
@@ -90,7 +90,7 @@ def check_todo4_edge(ns):
         _ask(_probe(ns, block_size=2, cached=prefixes), "边界", prompt)
 
 
-@check(points=3, title="类型", says="tuple / range 输入得到同样的命中长度，返回 int")
+@check(points=1, title="类型", says="tuple / range 输入得到同样的命中长度，返回 int")
 def check_todo4_types(ns):
     """A plain int; a tuple or range prompt gives what the same list gives (right or wrong)."""
     rng = random.Random(3414)
@@ -113,7 +113,7 @@ def check_todo4_types(ns):
     _varies(f"{TODO} · 类型: match_prefix", results, expected)
 
 
-@check(points=3, title="不修改", says="查询不改动缓存和传入的 prompt")
+@check(points=1, title="不修改", says="查询不改动缓存和传入的 prompt")
 def check_todo4_no_mutation(ns):
     """Queries leave the cache and the prompt as they were."""
     rng = random.Random(3424)

@@ -9,7 +9,7 @@ import random
 
 TODO = "TODO 5"
 UNDER_TEST = "split_prompt"  # the method this file grades; every other TODO's method is the oracle
-TOTAL_POINTS = {5: 12}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {5: 4}  # the TODO's points, shared by its checks
 
 
 def _split(manager, label, prompt, shown=None):
@@ -46,7 +46,7 @@ def _random_manager(ns, rng):
     return stem, _probe(ns, block_size=rng.randint(1, 4), cached=cached)
 
 
-@check(points=5, title="基本", says="随机缓存与 prompt：prefix、suffix、hit_len 与参考实现相同")
+@check(points=1, title="基本", says="随机缓存与 prompt：prefix、suffix、hit_len 与参考实现相同")
 def check_todo5_basic(ns):
     """Random caches and list prompts: prefix, suffix and hit_len against the reference."""
     rng = random.Random(3405)
@@ -56,7 +56,7 @@ def check_todo5_basic(ns):
             _check_contents(*_split(manager, "基本", prompt))
 
 
-@check(points=3, title="类型", says="返回 3 元组（tuple 或 NamedTuple）：list、list、int；tuple / range 输入")
+@check(points=1, title="类型", says="返回 3 元组（tuple 或 NamedTuple）：list、list、int；tuple / range 输入")
 def check_todo5_types(ns):
     """prefix and suffix are plain lists, hit_len an int, for list, tuple and range prompts."""
     rng = random.Random(3415)
@@ -77,7 +77,7 @@ def check_todo5_types(ns):
     _varies(f"{TODO} · 类型: split_prompt", results, wanted)
 
 
-@check(points=2, title="边界", says="空 prompt、没有命中、完整命中")
+@check(points=1, title="边界", says="空 prompt、没有命中、完整命中")
 def check_todo5_edge(ns):
     """Empty prompt, no hit (the whole prompt is the suffix), a full hit (the suffix is [])."""
     cases = [
@@ -90,7 +90,7 @@ def check_todo5_edge(ns):
         _check_contents(*_split(_probe(ns, block_size=2, cached=cached), "边界", prompt))
 
 
-@check(points=2, title="不修改", says="拆分不改动缓存和传入的 prompt")
+@check(points=1, title="不修改", says="拆分不改动缓存和传入的 prompt")
 def check_todo5_no_mutation(ns):
     """Splitting leaves the cache and the caller's prompt as they were."""
     rng = random.Random(3425)

@@ -8,7 +8,7 @@ import random
 
 TODO = "TODO 6"
 UNDER_TEST = "chunked_prefill_plan"  # the method this file grades; every other TODO's method is the oracle
-TOTAL_POINTS = {6: 10}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {6: 3}  # the TODO's points, shared by its checks
 
 
 def _plan(manager, label, prompt, shown=None):
@@ -32,7 +32,7 @@ def _assert_plan(manager, label, prompt, shown=None):
     assert _as_chunks(got) == expected, f"{where} 应返回 {expected!r}，得到 {got!r}（{hint}）"
 
 
-@check(points=5, title="基本", says="缓存为空时，随机 prompt 与多种 block_size 的完整分块计划")
+@check(points=1, title="基本", says="缓存为空时，随机 prompt 与多种 block_size 的完整分块计划")
 def check_todo6_basic(ns):
     """An empty cache: random prompts and block sizes against the reference."""
     rng = random.Random(3406)
@@ -42,7 +42,7 @@ def check_todo6_basic(ns):
             _assert_plan(manager, "基本", rng.choices(range(7), k=rng.randint(0, 17)))
 
 
-@check(points=3, title="整个 prompt", says="即使前缀命中，计划也覆盖整个 prompt")
+@check(points=1, title="整个 prompt", says="即使前缀命中，计划也覆盖整个 prompt")
 def check_todo6_whole_prompt(ns):
     """With a cached prefix that hits, the plan still covers the whole prompt."""
     rng = random.Random(3416)
@@ -53,7 +53,7 @@ def check_todo6_whole_prompt(ns):
             _assert_plan(_probe(ns, block_size=size, cached=cached), "整个 prompt", prompt)
 
 
-@check(points=2, title="类型", says="返回 tuple 组成的 list；list / tuple / range 输入")
+@check(points=1, title="类型", says="返回 tuple 组成的 list；list / tuple / range 输入")
 def check_todo6_types(ns):
     """A plain list of plain tuples; a tuple or range prompt plans as the same list would."""
     results, wanted = [], []

@@ -9,7 +9,7 @@ import random
 
 TODO = "TODO 7"
 UNDER_TEST = "cache_stats"  # the method this file grades; every other TODO's method is the oracle
-TOTAL_POINTS = {7: 15}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {7: 5}  # the TODO's points, shared by its checks
 
 
 KEYS = ["hit_tokens", "reuse_ratio", "uncached_tokens"]
@@ -35,7 +35,7 @@ def _random_cases(rng, count):
             yield cached, prompt
 
 
-@check(points=6, title="基本", says="hit_tokens 与 uncached_tokens（int）与参考实现相同")
+@check(points=2, title="基本", says="hit_tokens 与 uncached_tokens（int）与参考实现相同")
 def check_todo7_basic(ns):
     """Non-empty prompts: hit_tokens and uncached_tokens, plain ints, against the reference."""
     rng = random.Random(3407)
@@ -63,7 +63,7 @@ def _ratio_hint(value, hit, length):
     return "reuse_ratio = hit_tokens / len(prompt)，保留 4 位小数"
 
 
-@check(points=5, title="比例", says="reuse_ratio 是 float，等于 hit_tokens / len(prompt)（4 位小数）")
+@check(points=1, title="比例", says="reuse_ratio 是 float，等于 hit_tokens / len(prompt)（4 位小数）")
 def check_todo7_ratio(ns):
     """Non-empty prompts: reuse_ratio is a float, round(hit_tokens / len(prompt), 4), as the text says."""
     rng = random.Random(3417)
@@ -77,7 +77,7 @@ def check_todo7_ratio(ns):
         )
 
 
-@check(points=2, title="空 prompt", says="返回 0、0 与 float 0.0，不除以零")
+@check(points=1, title="空 prompt", says="返回 0、0 与 float 0.0，不除以零")
 def check_todo7_empty(ns):
     """An empty prompt: 0, 0 and 0.0 (a float), without dividing by zero."""
     want = {"hit_tokens": 0, "uncached_tokens": 0, "reuse_ratio": 0.0}
@@ -96,7 +96,7 @@ def check_todo7_empty(ns):
     _varies(where, [got["hit_tokens"]], [2])
 
 
-@check(points=2, title="不修改", says="统计不改动缓存和传入的 prompt")
+@check(points=1, title="不修改", says="统计不改动缓存和传入的 prompt")
 def check_todo7_no_mutation(ns):
     """Statistics leave the cache and the caller's prompt as they were."""
     rng = random.Random(3427)

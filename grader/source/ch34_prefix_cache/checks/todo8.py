@@ -8,7 +8,7 @@ import random
 
 TODO = "TODO 8"
 UNDER_TEST = "chunked_suffix_prefill_plan"  # the method this file grades; every other TODO's method is the oracle
-TOTAL_POINTS = {8: 15}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {8: 5}  # the TODO's points, shared by its checks
 
 
 def _plan(manager, label, prompt, shown=None):
@@ -36,7 +36,7 @@ def _assert_plan(manager, label, prompt, shown=None):
     assert right, message
 
 
-@check(points=6, title="基本", says="部分命中时只切 suffix，随机 prompt 与多种 block_size")
+@check(points=1, title="基本", says="部分命中时只切 suffix，随机 prompt 与多种 block_size")
 def check_todo8_basic(ns):
     """A partial hit: the suffix's chunks, random prompts and block sizes."""
     rng = random.Random(3408)
@@ -48,7 +48,7 @@ def check_todo8_basic(ns):
             _assert_plan(_probe(ns, block_size=size, cached=cached), "基本", prompt)
 
 
-@check(points=3, title="完整命中", says="整个 prompt 都已缓存时计划为 []")
+@check(points=1, title="完整命中", says="整个 prompt 都已缓存时计划为 []")
 def check_todo8_full_hit(ns):
     """A prompt that is wholly cached leaves nothing to compute: the plan is []."""
     rng = random.Random(3418)
@@ -63,7 +63,7 @@ def check_todo8_full_hit(ns):
             _varies(where, [got], [_chunks([4, 3], size)])
 
 
-@check(points=2, title="没有命中", says="没有命中时整个 prompt 都是 suffix；空 prompt 得到 []")
+@check(points=1, title="没有命中", says="没有命中时整个 prompt 都是 suffix；空 prompt 得到 []")
 def check_todo8_no_hit(ns):
     """Nothing cached matches: the whole prompt is the suffix; an empty prompt plans []."""
     rng = random.Random(3428)
@@ -74,7 +74,7 @@ def check_todo8_no_hit(ns):
             _assert_plan(_probe(ns, block_size=size, cached=cached), "没有命中", prompt)
 
 
-@check(points=2, title="类型", says="返回 tuple 组成的 list；list / tuple / range 输入")
+@check(points=1, title="类型", says="返回 tuple 组成的 list；list / tuple / range 输入")
 def check_todo8_types(ns):
     """A plain list of plain tuples; a tuple or range prompt plans as the same list would."""
     results, wanted = [], []
@@ -92,7 +92,7 @@ def check_todo8_types(ns):
     _varies(f"{TODO} · 类型: chunked_suffix_prefill_plan", results, wanted)
 
 
-@check(points=2, title="不修改", says="生成计划不改动缓存和传入的 prompt")
+@check(points=1, title="不修改", says="生成计划不改动缓存和传入的 prompt")
 def check_todo8_no_mutation(ns):
     """Planning leaves the cache and the caller's prompt as they were."""
     rng = random.Random(3438)

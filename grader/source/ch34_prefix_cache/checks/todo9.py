@@ -10,7 +10,7 @@ import torch
 
 TODO = "TODO 9"
 UNDER_TEST = "chunked_prefill"  # what the learner writes; every other TODO's code is the oracle
-TOTAL_POINTS = {9: 15}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {9: 13}  # the TODO's points, shared by its checks
 
 
 def _split(seq, size):
@@ -128,7 +128,7 @@ def _trials(count, divisible):
         yield rng, oracle, [rng.randrange(_VOCAB) for _ in range(n)], sizes
 
 
-@check(points=4, title="分块", says="按 chunk_size 依次切块送入模型：不满的尾块、chunk_size=1、chunk_size 比 prompt 还长")
+@check(points=3, title="分块", says="按 chunk_size 依次切块送入模型：不满的尾块、chunk_size=1、chunk_size 比 prompt 还长")
 @_single_thread
 def check_todo9_chunks(ns):
     """The chunk loop: consecutive chunks of chunk_size tokens, a short tail chunk, one chunk when chunk_size > len."""
@@ -153,7 +153,7 @@ def check_todo9_relay(ns):
             _check_result(result, oracle, model, tokens, size, None, label)
 
 
-@check(points=4, title="前缀", says="传入已缓存前缀的 past_kv 时，第一块接着它算；结果覆盖前缀；不修改传入的 past_kv")
+@check(points=3, title="前缀", says="传入已缓存前缀的 past_kv 时，第一块接着它算；结果覆盖前缀；不修改传入的 past_kv")
 @_single_thread
 def check_todo9_prefix(ns):
     """An incoming past_kv (a cached prefix): the first chunk continues it, the result covers it, it is not modified."""
