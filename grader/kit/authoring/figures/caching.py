@@ -171,12 +171,17 @@ def hash_chain() -> str:
     c.line(200, 102, 228, 102, arrow=True)
     c.line(410, 102, 438, 102, arrow=True)
     c.line(320, 154, 438, 226, arrow=True)
-    c.text(640, 70, "A 的块表 [0, 1, 2]：已结束，已 release", size=13)
-    c.text(640, 94, "B 的块表 [0, 1, 3]：运行中", size=13)
-    c.text(640, 126, "B 命中了 A 登记的 0、1：两人都在时", size=13, fill=MUTED)
-    c.text(640, 148, "ref_count = 2，A release 后是 1", size=13, fill=MUTED)
-    c.text(640, 190, "ref_count = 0 的块不清空，", size=13, fill=MUTED)
-    c.text(640, 212, "留在缓存里等下一次命中", size=13, fill=MUTED)
+    notes = [
+        ("A：块表 [0, 1, 2]，已结束", INK),
+        ("B：块表 [0, 1, 3]，运行中", INK),
+        ("B 命中了 A 登记的 0、1：", MUTED),
+        ("两人都在时 ref_count = 2，", MUTED),
+        ("A release 之后是 1", MUTED),
+        ("ref_count = 0 的块不清空，", MUTED),
+        ("留在缓存里等下一次命中", MUTED),
+    ]
+    for i, (words, ink) in enumerate(notes):
+        c.text(640, 70 + 22 * i + (10 if i >= 2 else 0) + (10 if i >= 5 else 0), words, size=13, fill=ink)
     c.text(20, 318, "可淘汰队列 _evictable", size=14, bold=True)
     c.text(20, 348, "队首（最久未用，先淘汰）", size=13, fill=WARN_EDGE)
     for i, (block_id, note) in enumerate([(5, "C 的尾块"), (4, "C 的首块"), (2, "A 的尾块")]):
