@@ -66,11 +66,12 @@ math[display="block"] { margin: 1em 0; font-size: 1.15em; }
 .jp-MarkdownOutput img { max-width: 100%; height: auto; }
 @page { size: A4; margin: 15mm; }
 @media print {
-  /* Only what is short keeps whole (a picture, a table row, a heading with what follows it): a
-     cell kept whole moved to the next page and left the page before it half empty. */
+  /* Only what is short keeps whole (a picture, a table row; a heading or a figure stays with what
+     follows it, its caption): a cell kept whole moved to the next page and left the page before it half empty. */
   .jp-MarkdownOutput img, .jp-OutputArea-output img, .jp-MarkdownOutput tr { break-inside: avoid-page; }
   .jp-MarkdownOutput h1, .jp-MarkdownOutput h2, .jp-MarkdownOutput h3, .jp-MarkdownOutput h4,
   .jp-MarkdownOutput h5, details > summary { break-after: avoid-page; }
+  .jp-MarkdownOutput:has(> img) { break-inside: avoid-page; } /* a figure cell: picture and caption */
   .jp-Cell pre, .jp-MarkdownOutput p { orphans: 3; widows: 3; }
   .jp-MarkdownOutput table { font-size: 11px; }
   .jp-MarkdownOutput details > summary { list-style: none; }
