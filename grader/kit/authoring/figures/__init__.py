@@ -3,7 +3,7 @@
 A markdown cell of the source that holds `{{figure:prefix_tree}}` gets the picture there, as an
 `<img>` with a `data:image/svg+xml;base64,...` address (JupyterLab, Colab, ModelScope,
 nbconvert's HTML and the printed PDF all show it; no file beside the notebook) and a one-line
-caption `图 34.N ...`, numbered in the order the figures appear (`figure_texts`). Each figure
+caption `图 N ...`, numbered in the order the figures appear (`figure_texts`). Each figure
 draws the small example the text beside it uses, so the numbers in the picture are the ones the
 learner reads. Output is the same bytes on every machine (`canvas.Canvas`). The drawings:
 `caching` (parts one to three), `serving` (parts four and five).
@@ -21,12 +21,14 @@ from .caching import chunk_mask, hash_chain, prefix_tree
 from .serving import paged_pool, preemption, scheduler_step
 
 PLACEHOLDER = re.compile(r"\{\{figure:([a-z_]+)\}\}")
-CHAPTER = 34
 
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure: how to draw it, its one-line caption (after 图 34.N) and its alt text."""
+    """One figure: how to draw it, its one-line caption (after 图 N) and its alt text.
+
+    Figures are numbered 图 1, 图 2, ... through the notebook: the sections are numbered
+    part.section (1.2, 4.4), and a chapter-style 图 34.1 would read as a second numbering scheme."""
 
     draw: Callable[[], str]
     caption: str
@@ -79,7 +81,7 @@ def figure_markdown(name: str, number: int) -> str:
     figure = FIGURES[name]
     return (
         f'<img src="{data_uri(name)}" alt="{figure.alt}" style="max-width:100%">\n\n'
-        f"**图 {CHAPTER}.{number}**　{figure.caption}"
+        f"**图 {number}**　{figure.caption}"
     )
 
 

@@ -181,7 +181,13 @@ def hash_chain() -> str:
         ("留在缓存里等下一次命中", MUTED),
     ]
     for i, (words, ink) in enumerate(notes):
-        c.text(640, 70 + 22 * i + (10 if i >= 2 else 0) + (10 if i >= 5 else 0), words, size=13, fill=ink)
+        c.text(
+            640,
+            70 + 22 * i + (10 if i >= 2 else 0) + (10 if i >= 5 else 0),
+            words,
+            size=13,
+            fill=ink,
+        )
     c.text(20, 318, "可淘汰队列 _evictable", size=14, bold=True)
     c.text(20, 348, "队首（最久未用，先淘汰）", size=13, fill=WARN_EDGE)
     for i, (block_id, note) in enumerate([(5, "C 的尾块"), (4, "C 的首块"), (2, "A 的尾块")]):

@@ -85,107 +85,77 @@ def scheduler_step() -> str:
     return c.svg()
 
 
+# The paged pool's example: block_size 4, 8 blocks; each request's block table and length.
+POOL_SLOT, POOL_GAP, POOL_TOP = 22, 6, 230
+POOL_TABLES = {"r0": ([2, 5, 0], 10, WORK, WORK_EDGE), "r1": ([2, 7], 6, OTHER, OTHER_EDGE)}
+POOL_WRITTEN = {1, 28, 29}  # this step: r0 decodes position 9, r1 prefills positions 4 and 5
+
+
 def paged_pool() -> str:
     """5.5's paged pool: block_size=4, 8 blocks; r0 and r1 share block 2; slot = block_id*4 + offset."""
-    slot, gap, left, top = 22, 6, 20, 230
-    tables = {"r0": ([2, 5, 0], 10, WORK, WORK_EDGE), "r1": ([2, 7], 6, OTHER, OTHER_EDGE)}
-    owner = {}  # slot -> (request, position)
-    for name, (table, length, _, _) in tables.items():
-        for p in range(length):
-            owner.setdefault(table[p // 4] * 4 + p % 4, (name, p))
-    written = {1, 28, 29}  # this step: r0 decodes position 9, r1 prefills positions 4 and 5
     c = Canvas(860, 430, "分页 KV 池、块表与 slot mapping")
-    c.text(
-        20,
-        26,
-        "block_size = 4，池里 8 个物理块、32 个槽；块表把请求的第 i 块映射到物理块",
-        size=15,
-        bold=True,
-    )
-
-    def block_x(block_id):
-        return left + block_id * (4 * slot + gap)
-
-    for row, (name, (table, length, fill, edge)) in enumerate(tables.items()):
+    title = "block_size = 4，池里 8 个物理块、32 个槽；块表把请求的第 i 块映射到物理块"
+    c.text(20, 26, title, size=15, bold=True)
+    for row, (name, (table, length, fill, edge)) in enumerate(POOL_TABLES.items()):
         y = 56 + 60 * row
         c.text(20, y + 22, f"{name}（{length} 个 token）block_table =", size=13)
         for i, block_id in enumerate(table):
             x = 250 + 44 * i
-            c.boxed(x, y, 36, 32, str(block_id), fill=HIT if block_id == 2 else fill,
-                    stroke=HIT_EDGE if block_id == 2 else edge, bold=True)  # fmt: skip
-            c.line(
-                x + 18,
-                y + 32,
-                block_x(block_id) + 2 * slot,
-                top - 4,
-                stroke=edge,
-                width=1.2,
-                arrow=True,
-            )
+            shared = block_id == 2
+            c.boxed(x, y, 36, 32, str(block_id), fill=HIT if shared else fill,
+                    stroke=HIT_EDGE if shared else edge, bold=True)  # fmt: skip
+            end = _pool_block_x(block_id) + 2 * POOL_SLOT
+            c.line(x + 18, y + 32, end, POOL_TOP - 4, stroke=edge, width=1.2, arrow=True)
     c.text(440, 78, "两个请求的第 0 块都是物理块 2：", size=13, fill=HIT_EDGE)
     c.text(440, 100, "前缀缓存命中 = 块表指向同一块", size=13, fill=HIT_EDGE)
-    for block_id in range(8):
-        x = block_x(block_id)
-        c.text(x + 2 * slot, top + 70, f"块 {block_id}", size=12, anchor="middle", fill=MUTED)
-        for offset in range(4):
-            s = block_id * 4 + offset
-            name, p = owner.get(s, (None, None))
-            fill, edge = (
-                (HIT, HIT_EDGE)
-                if block_id == 2
-                else (tables[name][2], tables[name][3])
-                if name
-                else ("#ffffff", "#c3cad3")
-            )
-            c.rect(x + offset * slot, top, slot, 34, fill=fill, stroke=WARN_EDGE if s in written else edge,
-                   width=3 if s in written else 1, radius=0)  # fmt: skip
-            if name:
-                c.text(
-                    x + offset * slot + slot / 2,
-                    top + 22,
-                    str(p),
-                    size=11,
-                    anchor="middle",
-                    mono=True,
-                )
-            c.text(
-                x + offset * slot + slot / 2,
-                top + 50,
-                str(s),
-                size=10,
-                anchor="middle",
-                mono=True,
-                fill=MUTED,
-            )
-    c.text(
-        20,
-        top + 98,
-        "格里的数：token 在自己请求里的位置 p；格下的数：槽号 slot。红框：这一步写入的槽。",
-        size=13,
-        fill=MUTED,
-    )
-    c.text(
-        20,
-        top + 126,
-        "slot = block_id × block_size + offset，block_id = block_table[p // 4]，offset = p % 4",
-        size=13,
-        mono=True,
-    )
-    c.text(
-        20,
-        top + 152,
-        "例：r0 的 p = 9 → block_table[2] = 0，offset = 1 → slot = 0 × 4 + 1 = 1",
-        size=13,
-        mono=True,
-    )
-    c.text(
-        20,
-        top + 182,
-        "这一步 r0 解码 p = 9，r1 预填充 p = 4、5：slot_mapping = [1, 28, 29]",
-        size=14,
-        bold=True,
-    )
+    _pool_slots(c)
+    lines = [
+        (98, "格里的数：token 在自己请求里的位置 p；格下的数：槽号 slot。红框：这一步写入的槽。", {"fill": MUTED}),
+        (126, "slot = block_id × block_size + offset，block_id = block_table[p // 4]，offset = p % 4", {"mono": True}),
+        (152, "例：r0 的 p = 9 → block_table[2] = 0，offset = 1 → slot = 0 × 4 + 1 = 1", {"mono": True}),
+        (182, "这一步 r0 解码 p = 9，r1 预填充 p = 4、5：slot_mapping = [1, 28, 29]", {"size": 14, "bold": True}),
+    ]  # fmt: skip
+    for dy, words, style in lines:
+        c.text(20, POOL_TOP + dy, words, **{"size": 13, **style})
     return c.svg()
+
+
+def _pool_block_x(block_id: int) -> float:
+    return 20 + block_id * (4 * POOL_SLOT + POOL_GAP)
+
+
+def _pool_slots(c: Canvas) -> None:
+    """The pool's 32 slots: whose token each holds (its position), its slot number, its block."""
+    owner = {}  # slot -> (request, position)
+    for name, (table, length, _, _) in POOL_TABLES.items():
+        for p in range(length):
+            owner.setdefault(table[p // 4] * 4 + p % 4, (name, p))
+    for block_id in range(8):
+        x0 = _pool_block_x(block_id)
+        c.text(
+            x0 + 2 * POOL_SLOT,
+            POOL_TOP + 70,
+            f"块 {block_id}",
+            size=12,
+            anchor="middle",
+            fill=MUTED,
+        )
+        for offset in range(4):
+            s, x = block_id * 4 + offset, x0 + offset * POOL_SLOT
+            name, p = owner.get(s, (None, None))
+            if block_id == 2:
+                fill, edge = HIT, HIT_EDGE
+            elif name:
+                fill, edge = POOL_TABLES[name][2], POOL_TABLES[name][3]
+            else:
+                fill, edge = "#ffffff", "#c3cad3"
+            mark = s in POOL_WRITTEN
+            c.rect(x, POOL_TOP, POOL_SLOT, 34, fill=fill, stroke=WARN_EDGE if mark else edge,
+                   width=3 if mark else 1, radius=0)  # fmt: skip
+            middle = x + POOL_SLOT / 2
+            if name:
+                c.text(middle, POOL_TOP + 22, str(p), size=11, anchor="middle", mono=True)
+            c.text(middle, POOL_TOP + 50, str(s), size=10, anchor="middle", mono=True, fill=MUTED)
 
 
 def preemption() -> str:
