@@ -1,9 +1,11 @@
-"""`make export`: the solutions as offline HTML and PDF, opened in a real headless browser.
+"""`make export`: the solutions as offline HTML and PDF, opened in a real headless browser: the
+maths, the Chinese, the figures, the hints printed open, no blank page, nothing past the margin.
 
 Needs Debian's chromium, poppler-utils and fonts-noto-cjk (`make test` installs them as root).
 The screenshots stay in the test's temporary folder for a person to look at.
 """
 
+import html
 import json
 import re
 import shutil
@@ -13,12 +15,21 @@ import tempfile
 import urllib.request
 from contextlib import contextmanager
 
+import nbformat
 import pytest
 import websocket
 from PIL import Image
 
+from grader.kit.authoring.figures import FIGURES, data_uri
 from grader.kit.authoring.nbsource import REPO_ROOT
-from grader.kit.publish.export import HTML_NAME, PDF_NAME, browser, markdown_with_mathml
+from grader.kit.paths import SOLUTIONS_NOTEBOOK
+from grader.kit.publish.export import (
+    HTML_NAME,
+    PDF_NAME,
+    browser,
+    markdown_with_mathml,
+    open_details,
+)
 
 RAW_TEX = re.compile(r"\$[^$\s][^$]*\$|\\frac|\\,")
 
@@ -205,3 +216,134 @@ def test_maths_in_code_stays_code_and_dollar_amounts_stay_text():
         in converted
     )
     assert "5$ 和 10$" in converted
+
+
+def test_html_shows_each_figure_as_a_loaded_image(exported):
+    page = (exported / HTML_NAME).read_text(encoding="utf-8")
+    missing = [name for name in FIGURES if data_uri(name) not in page]
+    assert missing == [], (
+        f"the solutions lack {missing}: run `make solutions` after changing a figure"
+    )
+    with devtools((exported / HTML_NAME).as_uri()) as call:
+        shown = call(
+            "Runtime.evaluate",
+            expression="[...document.images].filter(i => i.src.startsWith('data:image/svg+xml'))"
+            ".map(i => [i.alt, i.naturalWidth, Math.round(i.getBoundingClientRect().width)])",
+            returnByValue=True,
+        )["result"]["value"]
+    drawn = {alt: (natural, width) for alt, natural, width in shown}
+    for name, figure in FIGURES.items():
+        natural, width = drawn[figure.alt]
+        assert natural > 500 and width > 500, (name, natural, width)
+
+
+def page_texts(pdf) -> list[str]:
+    """Each page's text with all white space removed (pdftotext breaks lines where it likes)."""
+    text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+    return [re.sub(r"\s+", "", page) for page in text.split("\f")]
+
+
+def ink(png) -> float:
+    """The share of a page's pixels that are not near white."""
+    histogram = Image.open(png).convert("L").histogram()
+    return sum(histogram[:200]) / sum(histogram)
+
+
+def test_pdf_prints_each_figure_on_the_page_of_its_caption(exported):
+    pdf = exported / PDF_NAME
+    pages = page_texts(pdf)
+    for number, name in enumerate(FIGURES, 1):  # FIGURES is in the notebook's order
+        # The SVG's words print as text: the picture is drawn on its caption's page.
+        caption = f"图{number}" + re.sub(r"\s+", "", FIGURES[name].caption)[:2]
+        at = [
+            k
+            for k, page in enumerate(pages)
+            if caption in page and figure_words(name) in page
+        ]
+        assert at, f"图 {number} ({name}) and {figure_words(name)} share no page"
+        page = str(at[0] + 1)
+        subprocess.run(
+            ["pdftoppm", "-r", "50", "-png", "-f", page, "-l", page, str(pdf)]
+            + [str(exported / f"figure-{name}")],
+            check=True,
+        )
+        (png,) = exported.glob(f"figure-{name}*.png")
+        assert ink(png) > 0.03, f"the page of {name} is nearly blank"
+
+
+def figure_words(name: str) -> str:
+    """The longest run of ASCII a code label (monospace) of the figure draws, white space removed:
+    `reusable_prefix=[1,2,3]`. pdftotext reads the CJK font's glyphs less faithfully (some as
+    look-alike radicals, some of its digits not at all)."""
+    labels = re.findall(r'<text [^>]*class="m"[^>]*>([^<]+)</text>', FIGURES[name].draw())
+    runs = [run for label in labels for run in re.findall(r"[ -~]+", html.unescape(label))]
+    return re.sub(r"\s+", "", max(runs, key=lambda run: len(run.strip())))
+
+
+def test_pdf_has_no_blank_page(exported):
+    subprocess.run(
+        ["pdftoppm", "-r", "20", "-png", str(exported / PDF_NAME), str(exported / "page")],
+        check=True,
+    )
+    pages = sorted(exported.glob("page-*.png"))
+    blank = [png.name for png in pages if ink(png) < 0.003]
+    assert len(pages) > 20 and blank == [], blank
+
+
+def test_printed_hints_are_open_and_legible(exported):
+    """Every folded box (hints, 深入) prints open, in type as large as the prose around it."""
+    nb = nbformat.read(REPO_ROOT / SOLUTIONS_NOTEBOOK, as_version=4)
+    bodies = [
+        re.sub(r"<[^>]+>|[`*\s]", "", body)[:12]
+        for cell in nb.cells
+        if cell.cell_type == "markdown"
+        for body in re.findall(r"</summary>(.*?)</details>", cell.source, flags=re.DOTALL)
+    ]
+    assert len(bodies) > 20, "the notebook's hints are <details> boxes"
+    printed = "".join(page_texts(exported / PDF_NAME))
+    printed = re.sub(r"[`*]", "", printed)
+    assert [body for body in bodies if body not in printed] == []
+    with devtools((exported / HTML_NAME).as_uri()) as call:
+        call("Emulation.setEmulatedMedia", media="print")
+        closed, smallest = call(
+            "Runtime.evaluate",
+            expression="const d = [...document.querySelectorAll('details')];"
+            "[d.filter(x => !x.open).length,"
+            " Math.min(...d.map(x => parseFloat(getComputedStyle(x).fontSize)))]",
+            returnByValue=True,
+        )["result"]["value"]
+    assert closed == 0 and smallest >= 12, (closed, smallest)
+
+
+def test_printed_prose_tables_fit_the_page_with_their_code_spans(exported):
+    """Tables in the prose (long `code` spans in their cells) wrap inside the A4 page in print."""
+    with devtools((exported / HTML_NAME).as_uri()) as call:
+        call("Emulation.setEmulatedMedia", media="print")
+        page_px = round((210 - 2 * 15) / 25.4 * 96)
+        call(
+            "Emulation.setDeviceMetricsOverride",
+            width=page_px,
+            height=1000,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        wide = call(
+            "Runtime.evaluate",
+            expression="[...document.querySelectorAll('.jp-MarkdownOutput table')]"
+            f".filter(t => t.getBoundingClientRect().right > {page_px} + 1 || [...t.querySelectorAll"
+            "('td, th')].some(c => c.scrollWidth > c.clientWidth + 1))"
+            ".map(t => t.textContent.trim().slice(0, 40))",
+            returnByValue=True,
+        )["result"]["value"]
+        count = call(
+            "Runtime.evaluate",
+            expression="document.querySelectorAll('.jp-MarkdownOutput table code').length",
+            returnByValue=True,
+        )["result"]["value"]
+    assert count > 20 and wide == [], wide
+
+
+def test_folded_boxes_open_once():
+    text = "<details><summary>提示</summary>x</details>\n<details open><summary>深入</summary>y</details>"
+    opened = open_details(text)
+    assert opened.count("<details open>") == 2 and "open open" not in opened

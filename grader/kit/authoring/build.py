@@ -29,6 +29,7 @@ from .. import paths
 from ..errors import BuildError, run_command
 from ..paths import ASSIGNMENT, GRADING_COURSE, REPO_ROOT, STUDENT_RELEASE
 from ..sandbox.kernel_setup import kernel_tempdir
+from .figures import figure_texts
 from .nbsource import (
     colab_texts,
     fold_keys,
@@ -65,10 +66,11 @@ def source_notebook(*, for_release: bool, for_grading: bool = False) -> nbformat
     `for_release` drops solutions-only cells; `for_grading` also empties the cells nothing graded
     needs (measurements, demos, the measurements' helpers: tagged `SKIPPED_IN_GRADING`), which
     the autograder then restores into every submission in place of the learner's copy.
-    Grade cells get the hidden checks they name inlined (`nbsource.inline_checks`).
+    Grade cells get the hidden checks they name inlined (`nbsource.inline_checks`); a markdown
+    cell's `{{figure:NAME}}` becomes the figure and its caption (`figures.figure_texts`).
     """
     nb = read_source()
-    filled = {**colab_texts(github_repo()), **points_texts(nb)}
+    filled = {**colab_texts(github_repo()), **points_texts(nb), **figure_texts(nb.cells)}
     for cell in nb.cells:
         for placeholder, text in filled.items():
             cell.source = cell.source.replace(placeholder, text)

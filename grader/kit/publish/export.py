@@ -7,8 +7,10 @@ Reads the committed, executed solutions notebook (`solutions/`) and writes
 template would load MathJax (and require.js) from a CDN, so the maths is converted to MathML
 here (latex2mathml; Chromium and Firefox render MathML natively), the template's scripts are
 (MathJax, require.js, mermaid) dropped, plots are embedded and pictures on the web (the Colab
-badge) become links. A cell the notebook opens folded (`#@title`) shows its title only; code and
-printed output wrap at the margin; computed tables keep each number on one line. The PDF is
+badge) become links. A cell the notebook opens folded (`#@title`) shows its title only; the
+hints and 深入 boxes (`<details>`) print open; code, printed output and code spans in prose tables
+wrap at the margin; computed tables keep each number on one line; the figures (SVG in data
+addresses) print as drawn. The PDF is
 that HTML printed by Debian's headless Chromium (`make export` installs it, the Chinese fonts
 and the colour emoji font, when it may).
 """
@@ -52,10 +54,28 @@ math[display="block"] { margin: 1em 0; font-size: 1.15em; }
 /* Computed tables: a number never breaks across lines (headings may); a wide table gets smaller
    type in print instead of a scroll bar that paper cannot use. */
 .jp-OutputArea-output table td { white-space: nowrap; }
-.jp-RenderedHTMLCommon td { overflow-wrap: normal; word-break: keep-all; }
+.jp-OutputArea-output td { overflow-wrap: normal; word-break: keep-all; }
+/* Prose tables: a long code span breaks inside its cell instead of pushing the table off the page. */
+.jp-MarkdownOutput table { max-width: 100%; }
+.jp-MarkdownOutput td, .jp-MarkdownOutput th { overflow-wrap: anywhere; }
+.jp-MarkdownOutput td code, .jp-MarkdownOutput th code { white-space: normal; overflow-wrap: anywhere; }
+/* Hints and 深入 boxes print open (`open_details`), framed so they read as asides. */
+.jp-MarkdownOutput details { border: 1px solid #c9d1d9; border-radius: 4px; padding: 0.2em 0.8em;
+  margin: 0.6em 0; background: #f8fafc; }
+.jp-MarkdownOutput details > summary { font-weight: bold; margin: 0.2em 0; }
+.jp-MarkdownOutput img { max-width: 100%; height: auto; }
 @page { size: A4; margin: 15mm; }
 @media print {
-  .jp-Cell { break-inside: avoid-page; }
+  /* Only what is short keeps whole (a picture, a table row; a heading or a figure stays with what
+     follows it, its caption): a cell kept whole moved to the next page and left the page before it half empty. */
+  .jp-MarkdownOutput img, .jp-OutputArea-output img, .jp-MarkdownOutput tr { break-inside: avoid-page; }
+  .jp-MarkdownOutput h1, .jp-MarkdownOutput h2, .jp-MarkdownOutput h3, .jp-MarkdownOutput h4,
+  .jp-MarkdownOutput h5, details > summary { break-after: avoid-page; }
+  .jp-MarkdownOutput:has(> img) { break-inside: avoid-page; } /* a figure cell: picture and caption */
+  .jp-Cell pre, .jp-MarkdownOutput p { orphans: 3; widows: 3; }
+  .jp-MarkdownOutput table { font-size: 11px; }
+  .jp-MarkdownOutput details > summary { list-style: none; }
+  .jp-MarkdownOutput details > summary::-webkit-details-marker { display: none; }
   .jp-Cell pre { font-size: 11px; line-height: 1.3; }
   .jp-OutputArea-output, .jp-OutputArea-output.jp-RenderedHTMLCommon { overflow: visible; }
   .jp-OutputArea-output table { font-size: 9px; }
@@ -70,6 +90,7 @@ FOLDED_NOTE = "# （提供的代码，在 notebook 里默认折叠：展开这�
 CODE = re.compile(r"(```.*?```|~~~.*?~~~|`[^`\n]*`)", re.DOTALL)
 DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.DOTALL)
 INLINE_MATH = re.compile(r"(?<![\\$])\$(?!\s)([^$\n]+?)(?<!\s)\$(?!\d)")
+CLOSED_DETAILS = re.compile(r"<details(?![^>]*\bopen\b)")
 WEB_IMAGE = re.compile(r"!\[([^\]]*)\]\((https?://[^)\s]+)\)")
 
 
@@ -83,6 +104,12 @@ def markdown_with_mathml(text: str) -> str:
     return "".join(pieces)
 
 
+def open_details(text: str) -> str:
+    """`text` with every folded box (`<details>`: the hints, the 深入 boxes) opened: paper cannot
+    unfold one, and the solutions are read after the deadline."""
+    return CLOSED_DETAILS.sub("<details open", text)
+
+
 def mathml(latex: str, display: str) -> str:
     # One line: a blank line would end the markdown HTML block around a display formula.
     return latex_to_mathml(latex.strip(), display=display).replace("\n", "")
@@ -93,7 +120,7 @@ def export_html(solutions: Path, target: Path) -> Path:
     nb = nbformat.read(solutions, as_version=4)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = markdown_with_mathml(cell.source)
+            cell.source = open_details(markdown_with_mathml(cell.source))
         elif cell.metadata.get("jupyter", {}).get("source_hidden"):
             cell.source = f"{cell.source.splitlines()[0]}\n{FOLDED_NOTE}"
     exporter = HTMLExporter(

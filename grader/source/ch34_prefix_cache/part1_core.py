@@ -71,6 +71,9 @@
 #
 # 每个 TODO 只需写几行。把 `raise NotImplementedError()` 换成你的代码即可，不要改方法的名字和签名：自动评分会逐个方法检查。
 
+# %% [markdown]
+# {{figure:prefix_tree}}
+
 # %% nbgrader={"grade": false, "grade_id": "setup_imports", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from typing import List, Sequence, Tuple
 

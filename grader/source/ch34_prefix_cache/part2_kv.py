@@ -373,6 +373,9 @@ print("右下角对齐的掩码 (T=2, S=5):\n", torch.ones(T_demo, S_demo, dtype
 #
 # 常见错误：每块都从 `past_kv=None` 开始（位置从 0 重数、掩码没有偏移），每块都只带最初传入的 `past_kv`，只返回最后一块的 logits，漏掉不满的尾块。评分时会用随机 prompt、不能整除长度的 chunk、`chunk_size=1`、比 prompt 还长的 chunk、带前缀的 `past_kv` 来检查，并数一数模型被调用了几次、每次送入几个 token。
 
+# %% [markdown]
+# {{figure:chunk_mask}}
+
 # %% nbgrader={"grade": false, "grade_id": "todo9_chunked_prefill", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def chunked_prefill(model, token_ids, chunk_size, past_kv=None):
     """把 token_ids 按 chunk_size 分块依次送入模型，每块都接着前面全部 token 的 KV 计算。

@@ -39,6 +39,9 @@
 # - **`match` 不刷新 LRU，也不记统计。** 和 vLLM 一样，查找本身不碰淘汰顺序；块被 `acquire` 引用时移出可淘汰队列，`release` 时再排到队尾，这已经就是“最近使用”。统计放在 `acquire` 里（每个请求只记一次），所以随手多调几次 `match` 探一探，也不会把命中率算歪。
 # - **只有满块才分配、才缓存。** `acquire` 只为满块返回 block id；不满一块的尾巴在真实引擎里放在请求自己的私有块里，每次都要重算，这里不建模。
 
+# %% [markdown]
+# {{figure:hash_chain}}
+
 # %% nbgrader={"grade": false, "grade_id": "block_prefix_cache", "locked": false, "schema_version": 3, "solution": true, "task": false}
 from collections import OrderedDict, deque
 from collections.abc import Sequence

@@ -149,6 +149,9 @@ def num_cached_tokens(prefix_cache, token_ids, block_size) -> int:
 #
 # 常见错误：decode 不扣预算；命中的 token 也扣预算；完整命中时一个 token 都不调度；命中长度不按块取整；忽略 `long_prefill_token_threshold`；先排 prefill，预算够时 decode 饿着；prefill 做到一半就采样；新请求不按到达顺序接纳；只在请求的第一块里找前缀（复用量被预算卡住）；预算多用了 1 个；把 decode 挪到做了一半的 prefill 前面（`self.running` 的顺序就是该用的顺序）；欠 0 个的请求记成 0 或者在它那里 `break`；不用参数 `token_budget` 而用 `self.max_num_batched_tokens`；接纳时只看 `self.waiting[0]`、不把请求取出队列；在 TODO 17 或 19 里改 `num_computed_tokens`（给定的 `schedule()` 已经前进过了）；结束的请求只从 `self.running` 或只从 `self.requests` 里移除。
 
+# %% [markdown]
+# {{figure:scheduler_step}}
+
 # %% nbgrader={"grade": false, "grade_id": "scheduler_todo16_19", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class Scheduler:
     """vLLM v1 调度器的核心：一个 token 预算，decode 与 prefill 块共用，命中的前缀不重算。"""

@@ -101,6 +101,9 @@ class BlockHashToBlockMap:
         return sum(len(blocks) for blocks in self._cache.values())
 
 
+# %% [markdown]
+# {{figure:paged_pool}}
+
 # %% nbgrader={"grade": false, "grade_id": "engine_block_pool", "locked": false, "schema_version": 3, "solution": true, "task": false}
 class BlockPool:
     """num_blocks 个物理块：一个按淘汰顺序排的空闲队列，一张 hash -> 块 的缓存表。只记账，不碰张量。
@@ -335,6 +338,9 @@ class KVCacheManager:
 # `LLMEngine(model, num_blocks, block_size=16, max_num_batched_tokens=512, max_num_seqs=16, enable_prefix_caching=True)`；`add_request(request_id, prompt_token_ids, max_tokens)`；`step() -> {request_id: 这一步采样的 token}`（只含采样了的请求）；`has_unfinished_requests()`；`generate(prompts, max_tokens) -> 每个 prompt 生成的 token`（贪心，全部同时提交，按 prompt 的顺序返回）；`stats`：`num_steps`、`num_preemptions`、`prefix_cache_query_tokens`、`prefix_cache_hit_tokens`（与 vLLM 一样只算第一次接纳；被抢占后重新接纳的另记在 `preempted_prefix_cache_*`）、`num_evicted_blocks`。一个请求即使独占整个池也放不下（`ceil((prompt + max_tokens - 1) / block_size) > num_blocks`）时，`add_request` 直接抛 `ValueError`，而不是永远排不上。
 #
 # **TODO 24 `step()`**：`schedule()` → `model_runner.execute_model(...)` → 第四部分的 `update_from_output` → 释放这一步结束的请求的块（`kv_cache_manager.free`），返回采样的 token。
+
+# %% [markdown]
+# {{figure:preemption}}
 
 # %% nbgrader={"grade": false, "grade_id": "engine_scheduler", "locked": false, "schema_version": 3, "solution": true, "task": false}
 @dataclass
