@@ -28,7 +28,7 @@ def test_by_default_parts_one_two_and_four_count_and_part_three_is_recorded_besi
         == list(DEFAULT_COUNTED_PARTS)
         == ["core", "kv", "sched"]
     )
-    assert part_points(SOURCE) == {"core": 100, "kv": 30, "block": 40, "sched": 30, "engine": 30}
+    assert part_points(SOURCE) == {"core": 100, "kv": 30, "block": 40, "sched": 30, "engine": 89}
 
 
 def test_an_instructor_who_counts_the_challenge_part_gets_a_first_cell_and_headings_that_say_so(
@@ -36,7 +36,7 @@ def test_an_instructor_who_counts_the_challenge_part_gets_a_first_cell_and_headi
 ):
     parts = load_parts(course(tmp_path, 'counted_parts = ["core", "kv", "block", "sched", "engine"]'))
     texts = points_texts(SOURCE, parts)
-    assert "共 **230 分，计入成绩**" in texts["{{grading_summary}}"]
+    assert "共 **289 分，计入成绩**" in texts["{{grading_summary}}"]
     assert "不计入" not in texts["{{grading_summary}}"]
     assert texts["{{points:block}}"] == "40 分，计分"
 
