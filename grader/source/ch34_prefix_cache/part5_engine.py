@@ -40,6 +40,7 @@
 # 完整命中仍然按第四部分 TODO 15 的规则封顶：`get_computed_blocks` 最多命中 `(num_tokens - 1) // block_size` 个块（已给出）。
 #
 # %% nbgrader={"grade": false, "grade_id": "engine_hashing", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：块的 hash 链、KVCacheBlock 与 BlockHashToBlockMap（前缀缓存的表）
 import hashlib
 from collections import OrderedDict
 
@@ -497,6 +498,7 @@ def paged_attention(q, k_cache, v_cache, meta):
 
 
 # %% nbgrader={"grade": false, "grade_id": "engine_model_runner", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：ModelRunner（KV 池、把一步的调度结果变成一次前向的输入）、PagedAttention 与参照 greedy_alone
 class PagedAttention:
     """传给模型的 attention 对象：每一层先把这一步的 k、v 写进池的槽位，再调用 paged_attention 读出来。"""
 

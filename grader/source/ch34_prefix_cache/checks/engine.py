@@ -180,13 +180,14 @@ def check_todo21_evictable_hits(ns):
         )
         manager = ns["KVCacheManager"](4, 2)
         a = _request(ns, "a", [1, 2, 3, 4, 5], max_tokens=2)
-        _call("allocate_slots(a, 5)", manager.allocate_slots, a, 5)  # a 占着块 0、1、2（0、1 登记过、正在用）
+        _r_allocate_slots(manager, a, 5)  # 参考实现：a 占着块 0、1、2（0、1 登记过、正在用）
         c = _request(ns, "c", [1, 2, 3, 4, 8, 8], max_tokens=1)
         hits, _ = manager.get_computed_blocks(c)
         got = _call("allocate_slots(c, 2, 命中的 2 块)（命中的块正被 a 用着）", manager.allocate_slots, c, 2, hits)
         assert isinstance(got, list) and len(got) == 1 and manager.get_block_ids("c")[:2] == manager.get_block_ids("a")[:2], (
             "TODO 21: 4 个块的池，a 正用着块 0、1、2；c 命中 a 的块 0、1（ref_cnt 为 1，不在空闲队列里），还要 1 个新块："
-            f"只有 ref_cnt 为 0 的命中块才占空闲名额，1 ≤ 1 够，应新拿 1 个块；得到 {got!r}"
+            f"只有 ref_cnt 为 0 的命中块才占空闲名额，1 ≤ 1 够，应新拿 1 个块、块表以命中的 {manager.get_block_ids('a')[:2]} 开头；"
+            f"得到 {[b.block_id for b in got] if isinstance(got, list) else got!r}，块表 {manager.get_block_ids('c')}"
         )
 
 
