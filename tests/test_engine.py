@@ -289,6 +289,8 @@ def test_a_notebook_handed_in_from_the_previous_layout_grades_in_full():
     if not path.exists():
         pytest.skip("build the student notebook first (make notebooks)")
     release = nbformat.read(path, as_version=4)
+    if "engine_block_pool_given" not in {nbgrader_meta(c).get("grade_id") for c in release.cells}:
+        pytest.skip("notebooks/ was built from an older source: run make notebooks")
     answers = {
         nbgrader_meta(c)["grade_id"]: strip_solution_markers(c.source)
         for c in read_source().cells
