@@ -75,6 +75,30 @@ def all_mistakes():
     return found
 
 
+def batch_mistakes():
+    """The mistakes `make test` grades with real nbgrader (graded_batch) and in process: every
+    catalogue's entries, less part five's beyond its sample (`mistakes_engine.SAMPLE`). The whole
+    part-five catalogue runs in the heavy tier (test_engine_catalogue.py and the heavy cases of
+    test_checks.py and test_visible_checks.py)."""
+    return [m for m in all_mistakes() if not heavy_mistake(m)]
+
+
+def heavy_mistake(mistake) -> bool:
+    """Whether `mistake` runs only in `make test-heavy`: part five's, outside its sample."""
+    from tests.fixtures.mistakes_engine import MISTAKES as ENGINE
+    from tests.fixtures.mistakes_engine import SAMPLE
+
+    return mistake.name not in SAMPLE and any(mistake is m for m in ENGINE)
+
+
+def tiered(mistakes):
+    """Each mistake as a pytest parameter; part five's beyond its sample marked heavy (and slow)."""
+    return [
+        pytest.param(m, id=m.name, marks=[pytest.mark.heavy, pytest.mark.slow] if heavy_mistake(m) else [])
+        for m in mistakes
+    ]
+
+
 ALL_TODOS = [todo for part in PARTS for todo in part.todos]
 # The points the source's grade cells give: counted toward `score` (counted_parts), and in all.
 SOURCE_POINTS = part_points(read_source())
@@ -291,11 +315,13 @@ def todos_of_edit(solutions):
     return todos
 
 
-def mistake_packs(release, solutions):
-    """Every catalogued mistake, packed for the real batch (`tests/fixtures/packing.py`)."""
+def mistake_packs(release, solutions, mistakes=None):
+    """The catalogued mistakes of `make test` (batch_mistakes; or `mistakes`), packed for one
+    real batch (`tests/fixtures/packing.py`)."""
     from tests.fixtures.packing import pack_mistakes
 
-    return pack_mistakes(all_mistakes(), release, solutions, todos_of_edit(solutions))
+    chosen = batch_mistakes() if mistakes is None else mistakes
+    return pack_mistakes(chosen, release, solutions, todos_of_edit(solutions))
 
 
 # graded_batch's roster also lists these two, who submitted nothing (rows `missing`), and this

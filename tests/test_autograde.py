@@ -18,14 +18,14 @@ from tests.conftest import (
     BATCH_BROKEN,
     BATCH_CRASH,
     NB,
-    all_mistakes,
+    batch_mistakes,
     autograde,
     lost_checks,
     read_nb,
     write,
 )
 
-MISTAKES = all_mistakes()
+MISTAKES = batch_mistakes()
 
 
 def grade_ids(batch):

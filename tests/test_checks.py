@@ -26,7 +26,7 @@ from grader.kit.authoring.nbsource import (
     strip_solution_markers,
     todo_number,
 )
-from tests.conftest import all_mistakes
+from tests.conftest import all_mistakes, batch_mistakes, tiered
 from tests.fixtures.mistakes_core import MISTAKES as CORE
 from tests.fixtures.mistakes_engine import MISTAKES as ENGINE
 from tests.fixtures.mistakes_sched import MISTAKES as SCHED
@@ -141,7 +141,7 @@ def converted(mistake):
     )
 
 
-@pytest.mark.parametrize("mistake", MISTAKES, ids=[m.name for m in MISTAKES])
+@pytest.mark.parametrize("mistake", tiered(MISTAKES))
 def test_mistake_fails_exactly_its_checks_and_names_the_cause_first(mistake):
     if not converted(mistake):
         pytest.skip("its TODO's checks are not split into check files yet")
@@ -371,7 +371,7 @@ def test_mistakes_share_a_real_batch_notebook_only_when_the_grader_can_tell_them
     solutions = nbformat.read(REPO_ROOT / "solutions" / NOTEBOOK_NAME, as_version=4)
     packs, todos = mistake_packs(release, solutions), todos_of_edit(solutions)
     names = [m.name for pack in packs for m in pack.mistakes]
-    assert sorted(names) == sorted(m.name for m in all_mistakes())
+    assert sorted(names) == sorted(m.name for m in batch_mistakes())
     for pack in packs:
         assert len({m.visible for m in pack.mistakes}) == 1, pack.name
         touched = [todos_of(m, todos) for m in pack.mistakes]

@@ -23,11 +23,16 @@ CELLS = (
     "model_imports",
     "model_qwen2",
     "engine_hashing",
+    "engine_block_pool_given",
     "engine_block_pool",
+    "engine_kv_cache_manager_given",
     "engine_kv_cache_manager",
+    "engine_scheduler_given",
     "engine_scheduler",
+    "engine_attention_metadata",
     "engine_attention",
     "engine_model_runner",
+    "engine_llm_engine_given",
     "engine_llm_engine",
 )
 BLOCK = 4
@@ -245,3 +250,70 @@ def test_a_second_block_with_the_same_content_is_registered_too_and_freed_as_cac
     pool.get_new_blocks(len(pool.free_block_queue))  # takes (evicts) b's copy; a's stays
     assert pool.get_cached_block(first_a.block_hash) is first_a and len(pool.cached_block_hash_to_block) == 1
     pool.check_integrity()
+
+
+# --- the layout: given halves in locked base-class cells; a previous-layout notebook still grades ---
+
+ENGINE_ANSWER_CELLS = ("engine_block_pool", "engine_kv_cache_manager", "engine_scheduler", "engine_attention", "engine_llm_engine")
+
+
+def test_each_engine_todo_cell_holds_its_todo_method_and_little_else():
+    """The given halves live in locked, folded cells (`#@title`) before each TODO cell."""
+    cells = {nbgrader_meta(c).get("grade_id"): c for c in read_source().cells if c.cell_type == "code"}
+    for grade_id in ENGINE_ANSWER_CELLS:
+        code = strip_solution_markers(cells[grade_id].source)
+        defined = [ln for ln in code.splitlines() if ln.lstrip().startswith("def ")]
+        assert len(defined) == 1, f"{grade_id} defines {defined}"
+    for given in ("engine_block_pool_given", "engine_kv_cache_manager_given", "engine_scheduler_given", "engine_llm_engine_given"):
+        meta = nbgrader_meta(cells[given])
+        assert meta["locked"] and not meta.get("solution") and cells[given].source.startswith("#@title ")
+
+
+def test_a_notebook_handed_in_from_the_previous_layout_grades_in_full():
+    """A learner who started from the release before the split hands in whole classes in the five
+    answer cells and lacks the new given cells: the intake rebuilds the notebook on the release
+    (the given cells come back, locked), the learner's whole classes override them, and every
+    hidden check of every part passes."""
+    import copy
+    import io
+    from contextlib import redirect_stdout
+
+    import nbformat
+
+    from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
+    from grader.kit.intake.normalize import normalize_submission
+    from tests.fixtures.part5_previous_layout import PREVIOUS_ANSWER_CELLS
+    from tests.test_checks import failures
+
+    path = REPO_ROOT / "notebooks" / NOTEBOOK_NAME
+    if not path.exists():
+        pytest.skip("build the student notebook first (make notebooks)")
+    release = nbformat.read(path, as_version=4)
+    if "engine_block_pool_given" not in {nbgrader_meta(c).get("grade_id") for c in release.cells}:
+        pytest.skip("notebooks/ was built from an older source: run make notebooks")
+    answers = {
+        nbgrader_meta(c)["grade_id"]: strip_solution_markers(c.source)
+        for c in read_source().cells
+        if nbgrader_meta(c).get("solution")
+    }
+    answers.update(PREVIOUS_ANSWER_CELLS)
+    old = copy.deepcopy(release)
+    new_cells = {"engine_attention_metadata"} | {g + "_given" for g in ENGINE_ANSWER_CELLS}
+    old.cells = [c for c in old.cells if nbgrader_meta(c).get("grade_id") not in new_cells]
+    for cell in old.cells:
+        if nbgrader_meta(cell).get("solution"):
+            cell.source = answers[nbgrader_meta(cell)["grade_id"]]
+    graded = normalize_submission(nbformat.writes(old).encode(), release).notebook
+    ids = [nbgrader_meta(c).get("grade_id") for c in graded.cells]
+    assert "engine_block_pool_given" in ids and ids.index("engine_block_pool_given") < ids.index("engine_block_pool")
+    learner = next(c for c in graded.cells if nbgrader_meta(c).get("grade_id") == "engine_block_pool")
+    assert learner.source.startswith("class BlockPool:")  # the learner's whole class, kept
+    namespace = {"__name__": "__main__"}
+    for cell in graded.cells:
+        meta = nbgrader_meta(cell)
+        if cell.cell_type != "code" or meta.get("grade") or "measurement" in cell.metadata.get("tags", []):
+            continue
+        code = "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        with redirect_stdout(io.StringIO()):
+            exec(compile(code, meta.get("grade_id", "<cell>"), "exec"), namespace)
+    assert failures(namespace) == {}

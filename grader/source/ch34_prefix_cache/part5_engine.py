@@ -40,6 +40,7 @@
 # 完整命中仍然按第四部分 TODO 15 的规则封顶：`get_computed_blocks` 最多命中 `(num_tokens - 1) // block_size` 个块（已给出）。
 #
 # %% nbgrader={"grade": false, "grade_id": "engine_hashing", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：块的 hash 链、KVCacheBlock 与 BlockHashToBlockMap（前缀缓存的表）
 import hashlib
 from collections import OrderedDict
 
@@ -104,8 +105,9 @@ class BlockHashToBlockMap:
 # %% [markdown]
 # {{figure:paged_pool}}
 
-# %% nbgrader={"grade": false, "grade_id": "engine_block_pool", "locked": false, "schema_version": 3, "solution": true, "task": false}
-class BlockPool:
+# %% nbgrader={"grade": false, "grade_id": "engine_block_pool_given", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：块池的其余部分（BlockPoolBase：构造、查找、touch、登记、释放、自检），TODO 20 的 BlockPool 继承它
+class BlockPoolBase:
     """num_blocks 个物理块：一个按淘汰顺序排的空闲队列，一张 hash -> 块 的缓存表。只记账，不碰张量。
 
     每个块任何时刻恰好处于一种状态：
@@ -128,26 +130,6 @@ class BlockPool:
 
     def get_cached_block(self, block_hash):
         return self.cached_block_hash_to_block.get_one_block(block_hash)
-
-    def get_new_blocks(self, num_blocks: int) -> list:
-        """从空闲队列的队首拿 num_blocks 个块，返回它们（按拿的顺序），每个 ref_cnt 为 1。
-
-        拿到的块还登记在缓存里时，用 self._maybe_evict_cached_block 把它注销（惰性淘汰）。
-        num_blocks 比空闲块多时抛 ValueError，不改任何状态（调用者应先查 get_num_free_blocks）。
-        """
-        # TODO 20：先检查够不够；再从 self.free_block_queue 队首逐个取出（OrderedDict.popitem(last=False)），
-        # 注销仍带着 block_hash 的块，ref_cnt 设为 1。
-        ### BEGIN SOLUTION
-        if num_blocks > self.get_num_free_blocks():
-            raise ValueError(f"要 {num_blocks} 个块，空闲队列里只有 {self.get_num_free_blocks()} 个")
-        new_blocks = []
-        for _ in range(num_blocks):
-            _, block = self.free_block_queue.popitem(last=False)
-            self._maybe_evict_cached_block(block)  # 它的显存现在要被覆盖了：缓存里不能再指向它
-            block.ref_cnt = 1
-            new_blocks.append(block)
-        return new_blocks
-        ### END SOLUTION
 
     def _maybe_evict_cached_block(self, block) -> bool:
         """块还登记在缓存里时注销它（计一次淘汰），返回 True；没登记时什么都不做，返回 False。"""
@@ -201,8 +183,34 @@ class BlockPool:
         assert len(self.free_block_queue) == sum(1 for b in self.blocks if b.ref_cnt == 0), "空闲队列里有不该在的块"
 
 
-# %% nbgrader={"grade": false, "grade_id": "engine_kv_cache_manager", "locked": false, "schema_version": 3, "solution": true, "task": false}
-class KVCacheManager:
+# %% nbgrader={"grade": false, "grade_id": "engine_block_pool", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class BlockPool(BlockPoolBase):
+    """块池：上面折叠的 BlockPoolBase 已给出其余的方法（touch、cache_full_block、free_blocks、_maybe_evict_cached_block …）。"""
+
+    def get_new_blocks(self, num_blocks: int) -> list:
+        """从空闲队列的队首拿 num_blocks 个块，返回它们（按拿的顺序），每个 ref_cnt 为 1。
+
+        拿到的块还登记在缓存里时，用 self._maybe_evict_cached_block 把它注销（惰性淘汰）。
+        num_blocks 比空闲块多时抛 ValueError，不改任何状态（调用者应先查 get_num_free_blocks）。
+        """
+        # TODO 20：先检查够不够；再从 self.free_block_queue 队首逐个取出（OrderedDict.popitem(last=False)），
+        # 注销仍带着 block_hash 的块，ref_cnt 设为 1。
+        ### BEGIN SOLUTION
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"要 {num_blocks} 个块，空闲队列里只有 {self.get_num_free_blocks()} 个")
+        new_blocks = []
+        for _ in range(num_blocks):
+            _, block = self.free_block_queue.popitem(last=False)
+            self._maybe_evict_cached_block(block)  # 它的显存现在要被覆盖了：缓存里不能再指向它
+            block.ref_cnt = 1
+            new_blocks.append(block)
+        return new_blocks
+        ### END SOLUTION
+
+
+# %% nbgrader={"grade": false, "grade_id": "engine_kv_cache_manager_given", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：KV 缓存管理的其余部分（KVCacheManagerBase：块表、hash、查找命中、接纳门槛、登记满块、释放），TODO 21 的 KVCacheManager 继承它
+class KVCacheManagerBase:
     """每个请求的块表：命中哪些块、这一步要几个新块、哪些满块可以登记。只记账，不碰张量。"""
 
     def __init__(self, num_blocks: int, block_size: int, enable_caching: bool = True):
@@ -240,33 +248,6 @@ class KVCacheManager:
             hit_blocks.append(block)
         return hit_blocks, len(hit_blocks) * self.block_size
 
-    def allocate_slots(self, request, num_new_tokens: int, new_computed_blocks=()):
-        """为 request 这一步的 num_new_tokens 个 token 准备好块，返回新拿的块（list，可能为空）；不够时返回 None。
-
-        new_computed_blocks：新请求命中的块（get_computed_blocks 的结果），接在块表最前面。
-        已算好的 token 数 = request.num_computed_tokens + len(new_computed_blocks) * block_size。
-        成功时：命中的块先 touch，再 get_new_blocks，块表 = 原有的块 + 命中的块 + 新块；
-        然后 self.cache_blocks(request, min(已算好的 + num_new_tokens, request.num_tokens)) 登记满块。
-        返回 None 时不改任何状态。
-        """
-        # TODO 21：算要几个新块；够不够（命中的块里 ref_cnt == 0 的也要从空闲块里拿走）；
-        # 先 touch 再拿新块；把块表存进 self.req_to_blocks；登记满块。
-        ### BEGIN SOLUTION
-        block_size = self.block_size
-        req_blocks = self.req_to_blocks.get(request.request_id, [])
-        num_computed_tokens = request.num_computed_tokens + len(new_computed_blocks) * block_size
-        num_required_blocks = -(-(num_computed_tokens + num_new_tokens) // block_size)
-        num_new_blocks = max(num_required_blocks - len(req_blocks) - len(new_computed_blocks), 0)
-        num_evictable_hits = sum(1 for block in new_computed_blocks if block.ref_cnt == 0)
-        if num_new_blocks + num_evictable_hits > self.block_pool.get_num_free_blocks():
-            return None
-        self.block_pool.touch(new_computed_blocks)  # 先 touch：命中的块从此不会被下面拿走
-        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
-        self.req_to_blocks[request.request_id] = req_blocks + list(new_computed_blocks) + new_blocks
-        self.cache_blocks(request, min(num_computed_tokens + num_new_tokens, request.num_tokens))
-        return new_blocks
-        ### END SOLUTION
-
     def full_sequence_fits(self, request, new_computed_blocks) -> bool:
         """接纳的门槛：request 的整个序列（request.num_tokens 个 token，不只是这一步的一块）放得下吗？
 
@@ -302,6 +283,39 @@ class KVCacheManager:
 
     def get_block_ids(self, request_id) -> list:
         return [block.block_id for block in self.req_to_blocks.get(request_id, [])]
+
+
+# %% nbgrader={"grade": false, "grade_id": "engine_kv_cache_manager", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class KVCacheManager(KVCacheManagerBase):
+    """KV 缓存管理：上面折叠的 KVCacheManagerBase 已给出 get_computed_blocks、full_sequence_fits、cache_blocks、free 等。"""
+
+    def allocate_slots(self, request, num_new_tokens: int, new_computed_blocks=()):
+        """为 request 这一步的 num_new_tokens 个 token 准备好块，返回新拿的块（list，可能为空）；不够时返回 None。
+
+        new_computed_blocks：新请求命中的块（get_computed_blocks 的结果）；只有新请求（块表还是空的）才传，
+        所以存回的块表总是 原有的块 + 命中的块 + 新块，对新请求就是 命中的块 + 新块（命中的块在最前面）。
+        已算好的 token 数 = request.num_computed_tokens + len(new_computed_blocks) * block_size。
+        成功时：命中的块先 touch，再 get_new_blocks；
+        然后 self.cache_blocks(request, min(已算好的 + num_new_tokens, request.num_tokens)) 登记满块。
+        返回 None 时不改任何状态。
+        """
+        # TODO 21：算要几个新块；够不够（命中的块里 ref_cnt == 0 的也要从空闲块里拿走）；
+        # 先 touch 再拿新块；把块表存进 self.req_to_blocks；登记满块。
+        ### BEGIN SOLUTION
+        block_size = self.block_size
+        req_blocks = self.req_to_blocks.get(request.request_id, [])
+        num_computed_tokens = request.num_computed_tokens + len(new_computed_blocks) * block_size
+        num_required_blocks = -(-(num_computed_tokens + num_new_tokens) // block_size)
+        num_new_blocks = max(num_required_blocks - len(req_blocks) - len(new_computed_blocks), 0)
+        num_evictable_hits = sum(1 for block in new_computed_blocks if block.ref_cnt == 0)
+        if num_new_blocks + num_evictable_hits > self.block_pool.get_num_free_blocks():
+            return None
+        self.block_pool.touch(new_computed_blocks)  # 先 touch：命中的块从此不会被下面拿走
+        new_blocks = self.block_pool.get_new_blocks(num_new_blocks)
+        self.req_to_blocks[request.request_id] = req_blocks + list(new_computed_blocks) + new_blocks
+        self.cache_blocks(request, min(num_computed_tokens + num_new_tokens, request.num_tokens))
+        return new_blocks
+        ### END SOLUTION
 
 
 # %% [markdown]
@@ -342,7 +356,8 @@ class KVCacheManager:
 # %% [markdown]
 # {{figure:preemption}}
 
-# %% nbgrader={"grade": false, "grade_id": "engine_scheduler", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "engine_scheduler_given", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：引擎调度器的其余部分（EngineSchedulerBase：schedule、排 running、接纳 waiting），TODO 22 的 EngineScheduler 继承它
 @dataclass
 class EngineSchedulerOutput(SchedulerOutput):
     """第四部分的 SchedulerOutput，再加上这一步被抢占的请求（按抢占的先后）。"""
@@ -350,7 +365,7 @@ class EngineSchedulerOutput(SchedulerOutput):
     preempted_req_ids: list = field(default_factory=list)
 
 
-class EngineScheduler(Scheduler):
+class EngineSchedulerBase(Scheduler):
     """第四部分的调度器，加上 KV 容量：每给一个请求排 token 都向 KVCacheManager 要块，要不到就抢占。
 
     沿用第四部分的 Request、_num_new_tokens（TODO 16）和 update_from_output（TODO 19）；
@@ -392,6 +407,29 @@ class EngineScheduler(Scheduler):
             index += 1
         return token_budget
 
+    def _schedule_waiting(self, out, token_budget: int) -> None:
+        while token_budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:  # 第四部分的条件
+            request = self.waiting[0]
+            hit_blocks, num_hit_tokens = self.kv_cache_manager.get_computed_blocks(request)
+            num_new_tokens = self._num_new_tokens(request, num_hit_tokens, token_budget)
+            if not self.kv_cache_manager.full_sequence_fits(request, hit_blocks):
+                break  # 整个序列放不下就不接纳（vLLM 0.33.0 的 scheduler_reserve_full_isl）：等下一步
+            if self.kv_cache_manager.allocate_slots(request, num_new_tokens, hit_blocks) is None:
+                break  # 新请求不抢占别人：等下一步
+            self.waiting.popleft()
+            request.num_computed_tokens = num_hit_tokens
+            self.running.append(request)
+            out.num_scheduled_tokens[request.request_id] = num_new_tokens
+            token_budget -= num_new_tokens
+            prefix = "preempted_" if request.request_id in self.ever_preempted else ""
+            self.prefix_cache_stats[prefix + "queries"] += request.num_tokens
+            self.prefix_cache_stats[prefix + "hits"] += num_hit_tokens
+
+
+# %% nbgrader={"grade": false, "grade_id": "engine_scheduler", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class EngineScheduler(EngineSchedulerBase):
+    """引擎的调度器：上面折叠的 EngineSchedulerBase 已给出 schedule、_schedule_running（它调用你的方法）、_schedule_waiting。"""
+
     def _allocate_or_preempt(self, request, num_new_tokens: int, out) -> bool:
         """为 request 要 num_new_tokens 个 token 的块；要不到就抢占 running 里最后接纳的请求，再要。
 
@@ -412,26 +450,9 @@ class EngineScheduler(Scheduler):
         return True
         ### END SOLUTION
 
-    def _schedule_waiting(self, out, token_budget: int) -> None:
-        while token_budget > 0 and self.waiting and len(self.running) < self.max_num_seqs:  # 第四部分的条件
-            request = self.waiting[0]
-            hit_blocks, num_hit_tokens = self.kv_cache_manager.get_computed_blocks(request)
-            num_new_tokens = self._num_new_tokens(request, num_hit_tokens, token_budget)
-            if not self.kv_cache_manager.full_sequence_fits(request, hit_blocks):
-                break  # 整个序列放不下就不接纳（vLLM 0.33.0 的 scheduler_reserve_full_isl）：等下一步
-            if self.kv_cache_manager.allocate_slots(request, num_new_tokens, hit_blocks) is None:
-                break  # 新请求不抢占别人：等下一步
-            self.waiting.popleft()
-            request.num_computed_tokens = num_hit_tokens
-            self.running.append(request)
-            out.num_scheduled_tokens[request.request_id] = num_new_tokens
-            token_budget -= num_new_tokens
-            prefix = "preempted_" if request.request_id in self.ever_preempted else ""
-            self.prefix_cache_stats[prefix + "queries"] += request.num_tokens
-            self.prefix_cache_stats[prefix + "hits"] += num_hit_tokens
 
-
-# %% nbgrader={"grade": false, "grade_id": "engine_attention", "locked": false, "schema_version": 3, "solution": true, "task": false}
+# %% nbgrader={"grade": false, "grade_id": "engine_attention_metadata", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：AttentionMetadata（一步的注意力要知道的一切）
 @dataclass
 class AttentionMetadata:
     """一步的注意力要知道的一切（R 个请求、T 个 token，都是同一设备上的 LongTensor）。"""
@@ -445,6 +466,7 @@ class AttentionMetadata:
     max_query_len: int
 
 
+# %% nbgrader={"grade": false, "grade_id": "engine_attention", "locked": false, "schema_version": 3, "solution": true, "task": false}
 def paged_attention(q, k_cache, v_cache, meta):
     """这一步全部 token 的因果注意力，K/V 按块表从池里读（这一步的 k、v 已经写进池了）。
 
@@ -452,7 +474,9 @@ def paged_attention(q, k_cache, v_cache, meta):
     k_cache: [num_blocks, block_size, num_kv_heads, head_dim]（v_cache 同形）；num_heads 是 num_kv_heads 的整数倍，
              第 h 个查询头用第 h // (num_heads // num_kv_heads) 个 KV 头（GQA）。
     返回 [T, num_heads, head_dim]，dtype 同 q：第 t 个 token 只看它自己请求里位置不超过它的 token。
-    批量算（补齐 + 掩码），不对请求写 Python 循环。
+    批量算（补齐 + 掩码，怎样排布都行），不对请求写 Python 循环。
+    精度：检查把结果与 float64 逐个请求算的注意力比较，float32 / float64 输入容差 1e-4（在 float32 里算 softmax
+    或整个注意力都满足），bfloat16 / float16 输入容差 5e-2。
     """
     # TODO 23：(1) 用块表算出每个请求位置 0..L-1 的槽号（L = 块表宽度 * block_size），一次取出 K、V：[R, L, kv 头, d]；
     # (2) 查询按 (token_request, token_index) 放进 [R, max_query_len, 头, d]；(3) 第 r 个请求第 i 个查询的位置是
@@ -480,6 +504,7 @@ def paged_attention(q, k_cache, v_cache, meta):
 
 
 # %% nbgrader={"grade": false, "grade_id": "engine_model_runner", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：ModelRunner（KV 池、把一步的调度结果变成一次前向的输入）、PagedAttention 与参照 greedy_alone
 class PagedAttention:
     """传给模型的 attention 对象：每一层先把这一步的 k、v 写进池的槽位，再调用 paged_attention 读出来。"""
 
@@ -558,8 +583,9 @@ def greedy_alone(model, prompt, max_tokens):
     return tokens[len(prompt) :]
 
 
-# %% nbgrader={"grade": false, "grade_id": "engine_llm_engine", "locked": false, "schema_version": 3, "solution": true, "task": false}
-class LLMEngine:
+# %% nbgrader={"grade": false, "grade_id": "engine_llm_engine_given", "locked": true, "schema_version": 3, "solution": false, "task": false}
+#@title 已给出：LLMEngine 的其余部分（LLMEngineBase：构造、add_request 与它的检查、generate、stats），TODO 24 的 LLMEngine 继承它
+class LLMEngineBase:
     """块池 + KV 缓存管理 + 调度器 + 模型执行，一步一次前向（贪心采样）。"""
 
     def __init__(self, model, num_blocks: int, block_size: int = 16, max_num_batched_tokens: int = 512, max_num_seqs: int = 16, enable_prefix_caching: bool = True):
@@ -594,26 +620,6 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
 
-    def step(self) -> dict:
-        """一步：调度 → 一次前向 → 追上的请求收下 token → 释放结束的请求的块。返回 {request_id: 这一步采样的 token}。"""
-        # TODO 24：self.scheduler.schedule()；什么都没排上时返回 {}（还有没结束的请求却排不上是 bug：抛 RuntimeError，
-        # 不要让 generate 空转）；self.model_runner.execute_model(out, 请求, self.kv_cache_manager)；
-        # self.scheduler.update_from_output(out, sampled)；结束的请求 self.kv_cache_manager.free(request)。
-        ### BEGIN SOLUTION
-        out = self.scheduler.schedule()
-        if not out.num_scheduled_tokens:
-            if self.has_unfinished_requests():
-                raise RuntimeError("还有没结束的请求，这一步却一个 token 也没排上（块池或调度器的记账出了错）")
-            return {}
-        requests = {request_id: self.scheduler.requests[request_id] for request_id in out.num_scheduled_tokens}
-        sampled = self.model_runner.execute_model(out, requests, self.kv_cache_manager)
-        self.scheduler.update_from_output(out, sampled)  # 结束的请求离开 running 和 requests
-        for request_id in sampled:
-            if requests[request_id].is_finished:
-                self.kv_cache_manager.free(requests[request_id])
-        return sampled
-        ### END SOLUTION
-
     def generate(self, prompts, max_tokens: int) -> list:
         """贪心生成：全部 prompt 同时提交，返回每个 prompt 生成的 token（按 prompt 的顺序）。"""
         request_ids = [f"generate-{self._next_generate_id + i}" for i in range(len(prompts))]
@@ -644,6 +650,32 @@ class LLMEngine:
         }
 
 
+# %% nbgrader={"grade": false, "grade_id": "engine_llm_engine", "locked": false, "schema_version": 3, "solution": true, "task": false}
+class LLMEngine(LLMEngineBase):
+    """引擎：上面折叠的 LLMEngineBase 已给出构造（块池 + KV 缓存管理 + 调度器 + 模型执行）、add_request、generate、stats。"""
+
+    def step(self) -> dict:
+        """一步：调度 → 一次前向 → 追上的请求收下 token → 释放结束的请求的块。返回 {request_id: 这一步采样的 token}。"""
+        # TODO 24：self.scheduler.schedule()；什么都没排上时返回 {}（还有没结束的请求却排不上是 bug：抛 RuntimeError，
+        # 不要让 generate 空转）；sampled = self.model_runner.execute_model(out, requests, self.kv_cache_manager)，
+        # 其中 requests 是 {request_id: Request 对象}，含这一步被调度的每个请求（out.num_scheduled_tokens 的键）；
+        # self.scheduler.update_from_output(out, sampled)；结束的请求 self.kv_cache_manager.free(request)。
+        ### BEGIN SOLUTION
+        out = self.scheduler.schedule()
+        if not out.num_scheduled_tokens:
+            if self.has_unfinished_requests():
+                raise RuntimeError("还有没结束的请求，这一步却一个 token 也没排上（块池或调度器的记账出了错）")
+            return {}
+        requests = {request_id: self.scheduler.requests[request_id] for request_id in out.num_scheduled_tokens}
+        sampled = self.model_runner.execute_model(out, requests, self.kv_cache_manager)
+        self.scheduler.update_from_output(out, sampled)  # 结束的请求离开 running 和 requests
+        for request_id in sampled:
+            if requests[request_id].is_finished:
+                self.kv_cache_manager.free(requests[request_id])
+        return sampled
+        ### END SOLUTION
+
+
 # %% [markdown]
 # #### 提示：TODO 20–24
 #
@@ -657,7 +689,7 @@ class LLMEngine:
 #
 # <details><summary>TODO 20 · 提示 2</summary>
 #
-# 先比较 `num_blocks` 和 `self.get_num_free_blocks()`，不够就抛 `ValueError`（这时什么都还没改）。然后取 `num_blocks` 次 `popitem(last=False)`，每个块交给 `self._maybe_evict_cached_block`（它自己判断要不要注销、并计数），再把 `ref_cnt` 设为 1。
+# 分两段想。第一段只判断、不动手：什么时候才算“不够”？要的块数恰好等于空闲块数时是够的，要 0 个时总是够的；不够时抛错，这时任何状态都还没改。第二段才动手：从队首一个一个取；已经有现成的方法负责“还登记着就注销、并计一次淘汰”，不必自己改缓存表；每个取出的块现在正好被一个请求引用。
 #
 # </details>
 #
@@ -669,43 +701,43 @@ class LLMEngine:
 #
 # <details><summary>TODO 21 · 提示 2</summary>
 #
-# `已算 = request.num_computed_tokens + len(new_computed_blocks) * block_size`，`共要 = ceil((已算 + num_new_tokens) / block_size)`，`新块 = max(共要 - 已有 - 命中, 0)`。`新块 + 空闲的命中块 > 空闲块数` 时返回 `None`。否则 `touch`、`get_new_blocks`、把 `已有 + 命中 + 新块` 存回 `self.req_to_blocks`，最后 `self.cache_blocks(request, min(已算 + num_new_tokens, request.num_tokens))`，返回新块。
+# 顺序是“先算、再判断、最后才改”：所有数都算好、确定够了之后，才去碰块池；一旦返回 `None`，块池和块表都必须和调用前一样。算块数时记住命中的块覆盖的 token 已经算好了，它们也已经在块表里占了位置；整除要向上取整（正好整除时不多拿一块）。改的时候再对照 5.5 节第 3、4 条：哪一步必须在拿新块之前做，登记满块用哪个已给出的方法、登记到第几个 token 为止。
 #
 # </details>
 #
 # <details><summary>TODO 22 · 提示 1</summary>
 #
-# “最后接纳的”就是 `self.running` 的最后一个。被抢占的请求要回到哪里，才能在下一次接纳时排在所有新请求前面？它自己可能就是正在要块的那个请求。
+# 看 5.6 节“抢占：vLLM 的规则”的 1–3 条和 `_schedule_running` 怎样用你的返回值。“最后接纳的”请求在 `self.running` 的哪一头？被抢占的请求要回到 `waiting` 的哪一头，才能在下一次接纳时排在所有还在等的请求前面？
 #
 # </details>
 #
 # <details><summary>TODO 22 · 提示 2</summary>
 #
-# `while allocate_slots(...) is None:` 循环：`victim = self.running.pop()`，`self.kv_cache_manager.free(victim)`，`victim.num_computed_tokens = 0`，`self.waiting.appendleft(victim)`，`out.preempted_req_ids.append(victim.request_id)`；`victim is request` 时返回 `False`。循环正常结束返回 `True`。
+# 抢占一个请求未必空出足够的块：要反复“试着分配 → 不够就抢占一个”，直到分配成功。每抢占一个，它要经历四件事：离开 running、还回它的块、进度归零（已生成的 token 留着）、回到等待队列，并记进这一步的输出。还有一种结束方式：被抢占的正是正在要块的请求自己——这时它这一步不能再排了，该告诉调用者什么？
 #
 # </details>
 #
 # <details><summary>TODO 23 · 提示 1</summary>
 #
-# 把池子看成 `[num_blocks * block_size, kv 头, d]` 的一长条，位置 p 的槽号是 `block_table[r, p // block_size] * block_size + p % block_size`：对所有请求、所有 p 一次算出 `[R, L]` 的槽号，一次索引就取出全部 K。查询也要补成 `[R, max_query_len, ...]` 才能和它们做批量矩阵乘。（张量的整除在 torch 1.13 以前会打出弃用警告，用 `torch.div(x, n, rounding_mode="floor")`，或者干脆不除：`block_table * block_size` 加上块内偏移 `arange(block_size)` 再摊平。）
+# 回到 5.5 节“分页 KV 池”里槽号的定义：把池子摊成一长条之后，第 r 个请求位置 p 的 K 在哪个槽？对所有请求、所有位置一次算出槽号，一次索引就能取出全部 K、V。再想查询一边：每个 token 知道自己属于哪个请求（`token_request`），也知道自己在这一步里排第几（`token_index`），它的绝对位置是多少？（张量的整除在 torch 1.13 以前会打出弃用警告：可以用 `torch.div(..., rounding_mode="floor")`，也可以根本不做除法。）
 #
 # </details>
 #
 # <details><summary>TODO 23 · 提示 2</summary>
 #
-# `queries[meta.token_request, meta.token_index] = q` 放进补齐的张量；K、V 用 `repeat_interleave(num_heads // num_kv_heads, dim=2)` 扩到每个查询头；`torch.einsum("rqhd,rlhd->rhql", ...)` 得到分数；查询位置 `(seq_lens - query_lens)[:, None] + arange(max_query_len)`，键位置 `arange(L)`，键位置大于查询位置的掩成 `-inf`（补出来的键位置都 ≥ seq_lens，也被掩掉）；softmax 后乘 V，最后 `out[meta.token_request, meta.token_index]` 取回扁平的 `[T, 头, d]`。
+# 批量有两种排法，都行：把查询按请求补齐成 `[R, max_query_len, ...]` 再和每个请求的键相乘，或者让每个 token 直接拿它所属请求的那一行键。无论哪种，三件事要对：① 查询头和 KV 头的对应——相邻的几个查询头共用一个 KV 头（想想 `repeat` 和 `repeat_interleave` 排出来的顺序有什么不同）；② 掩码——一个查询只看位置不超过它自己的键，补出来的位置也都在它后面；被掩掉的分数要让 softmax 给出 0；③ 精度——可以在 float32 里算 softmax，但返回前把结果转回 `q.dtype`（半精度的模型后面紧跟着 `o_proj`）。
 #
 # </details>
 #
 # <details><summary>TODO 24 · 提示 1</summary>
 #
-# `update_from_output` 会把结束的请求从 `self.scheduler.requests` 里删掉：要释放它的块，得在那之前先拿到请求对象。
+# 对照 5.6 节末尾 TODO 24 的那一句：一步是四个已给出的调用，顺序不能换。先想两种“什么都没排上”的情况：引擎里根本没有请求，和还有请求却一个 token 也排不上——调用者（`generate`）在这两种情况下各需要什么？
 #
 # </details>
 #
 # <details><summary>TODO 24 · 提示 2</summary>
 #
-# `out = self.scheduler.schedule()`；没排上任何 token 时：还有没结束的请求就抛 `RuntimeError`，否则返回 `{}`。先记下 `{request_id: self.scheduler.requests[request_id]}`，再 `execute_model`、`update_from_output`；对每个采样了的请求，`is_finished` 就 `self.kv_cache_manager.free(它)`。返回 `sampled`。
+# `update_from_output` 会把结束的请求从 `self.scheduler.requests` 里删掉：要在它结束的这一步释放它的块，得在更新之前就拿到请求对象，更新之后再看它是否结束。只释放结束了的请求：还在 prefill 或 decode 的请求下一步还要用自己的块。返回值只含这一步真正采样了的请求。
 #
 # </details>
 
@@ -723,15 +755,40 @@ VISIBLE_TODO_OF.update(
 )
 
 
+def names_earlier_todo(check):
+    """TODO 21–24 的检查用到前面的 TODO：错误出在前面某个 TODO 的方法里时，把它记到那个 TODO 名下。"""
+
+    def run():
+        try:
+            return check()
+        except (AssertionError, NotImplementedError):
+            raise
+        except Exception as error:  # noqa: BLE001  (任何错误：看它出在哪个 TODO 的方法里)
+            owner = todo_of_traceback(error)
+            mine = f"TODO {check.__name__.rsplit('todo', 1)[1]}"
+            if owner and owner[0] != mine:
+                raise AssertionError(
+                    f"{owner[0]}：在 {mine} 的检查里，{owner[0]} 的 {owner[1]} 抛出 {type(error).__name__}: {error}。"
+                    f"{owner[0]} 自己的可见检查只用了它那几个小例子，通过了不等于全对：先回去改 {owner[0]}"
+                ) from None
+            raise
+
+    run.__name__ = check.__name__
+    return run
+
+
 def visible_check_todo20():
     pool = BlockPool(4)
     pool.cache_full_block(pool.blocks[2], b"system")  # 块 2 登记在缓存里，没人用
     pool.free_block_queue.move_to_end(2, last=False)  # 空闲队列：[2, 0, 1, 3]
+    none = pool.get_new_blocks(0)
+    assert none == [] and list(pool.free_block_queue) == [2, 0, 1, 3], f"TODO 20: get_new_blocks(0) 应返回 [] 且不动空闲队列，得到 {none!r}"
     got = pool.get_new_blocks(2)
     ids = [b.block_id for b in got]
     assert ids == [2, 0], f"TODO 20: 空闲队列 [2, 0, 1, 3]，get_new_blocks(2) 应返回块 [2, 0]（从队首拿），得到 {ids}"
     assert [b.ref_cnt for b in got] == [1, 1] and list(pool.free_block_queue) == [1, 3], f"TODO 20: 拿走的块 ref_cnt 应为 1 并离开空闲队列：ref_cnt {[b.ref_cnt for b in got]}，剩下的队列 {list(pool.free_block_queue)}"
     assert pool.get_cached_block(b"system") is None and pool.blocks[2].block_hash is None, "TODO 20: 块 2 登记在缓存里，被拿走时应注销（self._maybe_evict_cached_block）：缓存表里不该再有它"
+    assert pool.num_evictions == 1, f"TODO 20: 拿走一个登记过的块应计一次淘汰（num_evictions 应为 1），得到 {pool.num_evictions}"
     try:
         pool.get_new_blocks(3)
     except ValueError:
@@ -739,8 +796,21 @@ def visible_check_todo20():
     else:
         raise AssertionError("TODO 20: 只剩 2 个空闲块时 get_new_blocks(3) 应抛 ValueError")
     assert list(pool.free_block_queue) == [1, 3], f"TODO 20: 抛 ValueError 时不应改空闲队列，得到 {list(pool.free_block_queue)}"
+    rest = [b.block_id for b in pool.get_new_blocks(2)]
+    assert rest == [1, 3], f"TODO 20: 剩 2 个空闲块时 get_new_blocks(2) 恰好够，应返回 [1, 3]，得到 {rest}（多于空闲块才不够）"
+    none = pool.get_new_blocks(0)
+    assert none == [], f"TODO 20: 没有空闲块时 get_new_blocks(0) 仍应返回 []，得到 {none!r}"
 
 
+def cached_and_free(manager, prompt):
+    """一个请求一步算完 prompt 就结束：它的满块留在缓存里、没人用（在空闲队列里）。"""
+    first = Request("first", list(prompt), 1)
+    manager.allocate_slots(first, len(prompt))
+    first.num_computed_tokens = len(prompt)
+    manager.free(first)
+
+
+@names_earlier_todo
 def visible_check_todo21():
     skipped = engine_depends_on(20)
     if skipped:
@@ -757,14 +827,37 @@ def visible_check_todo21():
     assert table[:1] == manager.get_block_ids("a")[:1] and len(table) == 2 and manager.block_pool.blocks[table[0]].ref_cnt == 2, f"TODO 21: b 命中 a 的第一块，块表应以它开头、再接 1 个新块，那个共享块 ref_cnt 为 2；得到块表 {table}"
     a.num_computed_tokens = 6
     first_two = manager.get_block_ids("a")
-    manager.allocate_slots(a, 4)  # 第二块：已算 6 个、再 4 个，共 3 个块
+    manager.allocate_slots(a, 2)  # 已算 6 个、再 2 个：8 个 token 恰好 2 个块，不要新块
+    assert manager.get_block_ids("a") == first_two, f"TODO 21: a 已算 6 个、这一步 2 个：8 个 token 恰好 2 块，不该拿新块；块表从 {first_two} 变成 {manager.get_block_ids('a')}"
+    a.num_computed_tokens = 8
+    got = manager.allocate_slots(a, 2)  # 第三块：共 10 个 token，3 个块
     table = manager.get_block_ids("a")
-    assert len(table) == 3 and table[:2] == first_two, f"TODO 21: a 已有块 {first_two}，第二块 4 个 token 之后共要 3 个块：块表应是原来的 2 个块接 1 个新块，得到 {table}"
+    assert len(table) == 3 and table[:2] == first_two, f"TODO 21: a 已有块 {first_two}，再 2 个 token 之后共 10 个、要 3 个块：块表应是原来的 2 个块接 1 个新块，得到 {table}"
+    assert isinstance(got, list) and [block.block_id for block in got] == table[2:], f"TODO 21: allocate_slots 应只返回这一步新拿的块（{table[2:]}），不是整张块表；得到 {got!r}"
     a.num_computed_tokens = 10
     assert manager.allocate_slots(a, 400) is None, "TODO 21: 池里只剩 4 个空闲块，要 100 多个块时应返回 None"
     assert len(manager.get_block_ids("a")) == 3, "TODO 21: 返回 None 时不应改块表"
+    # 正文的两个坑：命中的空闲块也占名额；先 touch 再拿新块
+    manager = KVCacheManager(num_blocks=3, block_size=2)
+    cached_and_free(manager, [1, 2, 3, 4, 5])  # 块 0、1 登记过、没人用
+    c = Request("c", [1, 2, 3, 4, 9, 9, 9], 1)
+    hits, _ = manager.get_computed_blocks(c)
+    try:
+        got = manager.allocate_slots(c, 3, hits)
+    except ValueError as error:
+        got = f"ValueError: {error}"
+    assert got is None and manager.get_block_ids("c") == [], f"TODO 21: 3 个块的池，c 命中块 [0, 1]（没人用、在空闲队列里），还要 2 个新块：命中的块也要从空闲块里拿走，2 + 2 > 3，应返回 None 且不改状态；得到 {got!r}"
+    manager = KVCacheManager(num_blocks=4, block_size=2)
+    cached_and_free(manager, [1, 2, 3, 4])
+    for block_id in (1, 0):  # 命中的块排到空闲队列的队首
+        manager.block_pool.free_block_queue.move_to_end(block_id, last=False)
+    hits, _ = manager.get_computed_blocks(c)
+    manager.allocate_slots(c, 3, hits)
+    table = manager.get_block_ids("c")
+    assert table[:2] == [0, 1] and sorted(table) == [0, 1, 2, 3], f"TODO 21: 空闲队列 [0, 1, 2, 3]，c 命中块 [0, 1]：块表应为 [0, 1] 接新块 [2, 3]，得到 {table}（先 touch 命中的块再 get_new_blocks）"
 
 
+@names_earlier_todo
 def visible_check_todo22():
     skipped = engine_depends_on(16, 19, 20, 21)
     if skipped:
@@ -773,44 +866,81 @@ def visible_check_todo22():
     scheduler = EngineScheduler(manager, max_num_batched_tokens=100, max_num_seqs=4)
     for rid in "ab":
         scheduler.add_request(Request(rid, [ord(rid)] * 4, 3))  # 各占 2 块，池子满了
+    scheduler.add_request(Request("w", [1, 2], 2))  # 排不上，在 waiting 里等
     out = scheduler.schedule()
     scheduler.update_from_output(out, {"a": 1, "b": 1})
     out = scheduler.schedule()  # a 的 decode 要第 3 块：抢占最后接纳的 b
     waiting = [r.request_id for r in scheduler.waiting]
-    assert out.preempted_req_ids == ["b"] and waiting == ["b"] and dict(out.num_scheduled_tokens) == {"a": 1}, f"TODO 22: 4 个块的池里 a、b 各占 2 块，a 要第 3 块：应抢占后接纳的 b（放回 waiting 队头），只调度 a；得到被抢占 {out.preempted_req_ids}、waiting {waiting}、调度 {dict(out.num_scheduled_tokens)}"
+    assert out.preempted_req_ids == ["b"] and waiting == ["b", "w"] and dict(out.num_scheduled_tokens) == {"a": 1}, f"TODO 22: 4 个块的池里 a、b 各占 2 块、w 在等，a 要第 3 块：应抢占后接纳的 b，放回 waiting 队头（排在 w 前面），只调度 a；得到被抢占 {out.preempted_req_ids}、waiting {waiting}、调度 {dict(out.num_scheduled_tokens)}"
     b = scheduler.waiting[0]
-    assert b.num_computed_tokens == 0 and manager.get_block_ids("b") == [], f"TODO 22: 被抢占的 b 应释放块、num_computed_tokens 归零；得到块表 {manager.get_block_ids('b')}、num_computed_tokens {b.num_computed_tokens}"
+    assert b.num_computed_tokens == 0 and manager.get_block_ids("b") == [] and b.output_token_ids == [1], f"TODO 22: 被抢占的 b 应释放块、num_computed_tokens 归零、已生成的 token 留着；得到块表 {manager.get_block_ids('b')}、num_computed_tokens {b.num_computed_tokens}、输出 {b.output_token_ids}"
+    # 抢到自己：running 里只剩 a，它要块却没有空闲块
+    manager.allocate_slots(Request("x", [7, 7], 1), 2)  # 别处占着剩下的块
+    a = scheduler.running[0]
+    out = EngineSchedulerOutput()
+    got = scheduler._allocate_or_preempt(a, 2, out)  # 共 7 个 token 的 KV：要第 4 块
+    waiting = [r.request_id for r in scheduler.waiting]
+    assert got is False and out.preempted_req_ids == ["a"] and waiting[:1] == ["a"] and scheduler.running == [], f"TODO 22: running 里只有 a、池里没有空闲块：应抢占 a 自己、返回 False（a 回到 waiting 队头）；得到返回值 {got!r}、被抢占 {out.preempted_req_ids}、waiting {waiting}"
+    # 两个牺牲者：a、b、c 各占 1 块，a 要 2 个新块
+    manager = KVCacheManager(num_blocks=3, block_size=2)
+    scheduler = EngineScheduler(manager, max_num_batched_tokens=100, max_num_seqs=4)
+    for n, rid in enumerate("abc"):
+        request = Request(rid, [n] * 6, 2)
+        scheduler.add_request(request)
+        scheduler.waiting.remove(request)
+        manager.allocate_slots(request, 2)
+        request.num_computed_tokens = 2
+        scheduler.running.append(request)
+    out = EngineSchedulerOutput()
+    got = scheduler._allocate_or_preempt(scheduler.running[0], 4, out)
+    assert got is True and out.preempted_req_ids == ["c", "b"] and [r.request_id for r in scheduler.waiting] == ["b", "c"], f"TODO 22: a、b、c 各占 1 块，a 要 2 个新块：抢占 c 还不够，接着抢占 b，然后返回 True，waiting 为 [b, c]；得到返回值 {got!r}、被抢占 {out.preempted_req_ids}、waiting {[r.request_id for r in scheduler.waiting]}"
 
 
 def visible_check_todo23():
     torch.manual_seed(23)
-    block_size, num_kv_heads, head_dim = 2, 1, 4
-    k_cache, v_cache = torch.randn(6, block_size, num_kv_heads, head_dim), torch.randn(6, block_size, num_kv_heads, head_dim)
-    tables, seq_lens, query_lens = [[4, 1, 0], [3, 5, 0]], [5, 3], [2, 1]  # 请求 0：已算 3 个、这一步 2 个；请求 1：decode
-    meta = AttentionMetadata(torch.zeros(3, dtype=torch.long), torch.tensor(tables), torch.tensor(seq_lens), torch.tensor(query_lens), torch.tensor([0, 0, 1]), torch.tensor([0, 1, 0]), 2)
-    q = torch.randn(3, 2, head_dim)
-    got = paged_attention(q, k_cache, v_cache, meta)
-    for r, rows in ((0, [0, 1]), (1, [2])):
-        slots = [tables[r][p // block_size] * block_size + p % block_size for p in range(seq_lens[r])]
-        keys, values = k_cache.reshape(-1, num_kv_heads, head_dim)[slots], v_cache.reshape(-1, num_kv_heads, head_dim)[slots]
-        want = causal_attention(q[rows], keys, values)  # 第五部分模型的注意力：query 右下角对齐
-        gap = (got[rows] - want).abs().max().item()
-        assert gap < 1e-5, f"TODO 23: 请求 {r}（块表 {tables[r]}、seq_len {seq_lens[r]}、这一步 {query_lens[r]} 个查询）的结果与连续存放时的因果注意力相差 {gap:.1e}：查询 i 的位置是 seq_len - query_len + i"
+    for num_heads, num_kv_heads, dtype in ((2, 1, torch.float32), (4, 2, torch.float32), (4, 2, torch.bfloat16)):
+        block_size, head_dim = 2, 4
+        k_cache = torch.randn(6, block_size, num_kv_heads, head_dim).to(dtype)
+        v_cache = torch.randn(6, block_size, num_kv_heads, head_dim).to(dtype)
+        tables, seq_lens, query_lens = [[3, 5, 0], [4, 1, 0]], [3, 5], [1, 2]  # 请求 0：decode；请求 1：已算 3 个、这一步 2 个
+        meta = AttentionMetadata(torch.zeros(3, dtype=torch.long), torch.tensor(tables), torch.tensor(seq_lens), torch.tensor(query_lens), torch.tensor([0, 1, 1]), torch.tensor([0, 0, 1]), 2)
+        q = torch.randn(3, num_heads, head_dim).to(dtype)
+        got = paged_attention(q, k_cache, v_cache, meta)
+        assert isinstance(got, torch.Tensor) and got.dtype == dtype and got.shape == q.shape, f"TODO 23: q 是 {tuple(q.shape)} 的 {dtype}：结果应是同形状、同 dtype（{dtype}），得到 {getattr(got, 'dtype', type(got).__name__)} {tuple(getattr(got, 'shape', ()))}"
+        for r, rows in ((0, [0]), (1, [1, 2])):
+            slots = [tables[r][p // block_size] * block_size + p % block_size for p in range(seq_lens[r])]
+            keys, values = k_cache.reshape(-1, num_kv_heads, head_dim)[slots], v_cache.reshape(-1, num_kv_heads, head_dim)[slots]
+            want = causal_attention(q[rows].double(), keys.double(), values.double())  # 第五部分模型的注意力：query 右下角对齐
+            gap = (got[rows].double() - want).abs().max().item()
+            tolerance = 5e-2 if dtype == torch.bfloat16 else 1e-4
+            assert gap < tolerance, f"TODO 23: {num_heads} 个查询头、{num_kv_heads} 个 KV 头、{dtype}：请求 {r}（块表 {tables[r]}、seq_len {seq_lens[r]}、这一步 {query_lens[r]} 个查询）与连续存放时的因果注意力相差 {gap:.1e}：查询 i 的位置是 seq_len - query_len + i；第 h 个查询头用第 h // {num_heads // num_kv_heads} 个 KV 头"
 
 
+@names_earlier_todo
 def visible_check_todo24():
     skipped = engine_depends_on(16, 19, 20, 21, 22, 23)
     if skipped:
         return skipped
     model = random_model(tiny_qwen2_config(vocab_size=50, hidden_size=32, intermediate_size=48, num_hidden_layers=2), seed=24)
     engine = LLMEngine(model, num_blocks=16, block_size=4, max_num_batched_tokens=6)
+    idle = engine.step()
+    assert idle == {}, f"TODO 24: 引擎里还没有请求时 step() 应返回 {{}}，得到 {idle!r}"
     engine.add_request("x", list(range(10)), 2)
     first = engine.step()
     assert first == {}, f"TODO 24: 预算 6、10 个 token 的 prompt：第一步只算了一部分，step() 应返回 {{}}，得到 {first!r}"
     steps = [engine.step(), engine.step()]
-    assert [list(s) for s in steps] == [["x"], ["x"]] and not engine.has_unfinished_requests(), f"TODO 24: 之后两步各采样一个 token，请求结束；得到 {steps}"
+    want = greedy_alone(model, list(range(10)), 2)
+    assert steps == [{"x": want[0]}, {"x": want[1]}] and not engine.has_unfinished_requests(), f"TODO 24: 之后两步各采样一个 token（逐个贪心解码是 {want}），请求结束；应为 {[{'x': t} for t in want]}，得到 {steps}"
     free = engine.kv_cache_manager.block_pool.get_num_free_blocks()
     assert free == 16, f"TODO 24: 请求结束后应释放它的块（kv_cache_manager.free），16 个块都应空闲，得到 {free}"
+    assert engine.step() == {} and engine.stats["num_steps"] == 3, f"TODO 24: 请求都结束后 step() 应返回 {{}}，一共算了 3 步（stats['num_steps']），得到 {engine.stats['num_steps']}"
+    engine.kv_cache_manager.block_pool.get_new_blocks(16)  # 模拟记账出错：块全被占着
+    engine.add_request("y", [1, 2, 3], 2)
+    try:
+        stuck = engine.step()
+    except RuntimeError:
+        return None
+    raise AssertionError(f"TODO 24: 请求 y 没结束、这一步却一个 token 也没排上（没有空闲块）：step() 应抛 RuntimeError，不要让 generate 空转；得到 {stuck!r}")
 
 
 def engine_depends_on(*todos):
@@ -841,7 +971,7 @@ run_visible_checks(
 # %% [markdown]
 # #### 自动评分单元格：TODO 20–24
 #
-# 每格检查一个 TODO 的一个方面，分值写在第一行。评分时只有被检查的那个 TODO 用你的代码，其余 TODO（以及第四部分的 `_num_new_tokens`、`update_from_output`）换成参考实现，所以一处错误只扣它自己那个 TODO 的分。记账的 TODO 在几十个种子固定的小池子负载上逐步比较（调度、抢占、块表、空闲队列的顺序、登记的块）；注意力与逐个请求算的 float64 注意力比较；`step` 与逐个请求的贪心解码比较。
+# 每格检查一个 TODO 的一个方面，分值写在第一行。评分时只有被检查的那个 TODO 用你的代码，其余 TODO（以及第四部分的 `_num_new_tokens`、`update_from_output`）换成参考实现，所以一处错误只扣它自己那个 TODO 的分。记账的 TODO 在几十个种子固定的小池子负载上逐步比较（调度、抢占、块表、空闲队列的顺序、登记的块），另有专门的格子检查正文提到的每个坑（恰好够、要 0 个、命中的空闲块、先 touch、好几个在等的请求、抢到自己、要抢占两个）；注意力与逐个请求算的 float64 注意力比较（容差 1e-4，float32 里算的实现满足；半精度输入 5e-2，结果的 dtype 要同 q），含 GQA；`step` 与逐个请求的贪心解码比较，也检查统计、空闲的引擎和卡住的引擎。
 
 # %%
 #| checks: engine.py
