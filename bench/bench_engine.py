@@ -193,7 +193,7 @@ def run_device(ns, device, repeats) -> list[str]:
         model = ns["random_model"](ns["tiny_qwen2_config"](), seed=0)
         name = "tiny Qwen2 (random weights, 4 layers, hidden 128, 4 heads / 2 KV heads, float32)"
     else:
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        dtype = ns["default_dtype"](device, torch.bfloat16)  # bf16 only where the GPU has it natively (not a T4)
         model = ns["random_model"](ns["Qwen2Config"](), seed=0, dtype=dtype, device=device)
         name = f"Qwen2.5-0.5B-Instruct's shape (random weights, 24 layers, hidden 896, 14 heads / 2 KV heads, {dtype})"
     rng = random.Random(34)

@@ -322,7 +322,7 @@ def count_parameters(model) -> int:
 # 2. 接着 `N` 个字节是 JSON 头：每个张量一项，`{"dtype": "BF16", "shape": [896], "data_offsets": [start, end]}`，偏移从头后面算起；还可以有一项 `__metadata__`；
 # 3. 后面是所有张量的原始字节，按小端序、行优先紧挨着存放。
 #
-# 大模型的权重会切成几个文件（分片），`model.safetensors.index.json` 的 `weight_map` 写着每个张量在哪个文件里。`load_model` 读 `config.json`，逐个张量读出（`torch.frombuffer`），转成要用的 dtype 后放到设备上；缺了、多了、形状不对，都会报出张量的名字。`dtype=None` 时：CPU 上用 float32；GPU 上用 checkpoint 自己的 dtype（Qwen2.5 是 bfloat16），GPU 不支持 bfloat16（比如 T4）时换成 float16。
+# 大模型的权重会切成几个文件（分片），`model.safetensors.index.json` 的 `weight_map` 写着每个张量在哪个文件里。`load_model` 读 `config.json`，逐个张量读出（`torch.frombuffer`），转成要用的 dtype 后放到设备上；缺了、多了、形状不对，都会报出张量的名字。`dtype=None` 时：CPU 上用 float32；GPU 上用 checkpoint 自己的 dtype（Qwen2.5 是 bfloat16），但只在**原生**支持 bfloat16 的 GPU（计算能力 ≥ 8.0，Ampere 起）上；T4 的计算能力是 7.5，没有 bfloat16 的硬件，就换成 float16。判断看 `torch.cuda.get_device_capability()`，而不是 `torch.cuda.is_bf16_supported()`：后者默认把“能模拟”也算作支持，在 T4 上也回答 True。
 
 # %% nbgrader={"grade": false, "grade_id": "model_loader", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #@title 读写 checkpoint：只用标准库解析 safetensors；load_model、save_model、random_model
@@ -394,13 +394,29 @@ def checkpoint_files(path):
     return [os.path.join(path, n) for n in names]
 
 
-def default_dtype(device, checkpoint_dtype):
-    """dtype=None 时用什么：CPU 上 float32；GPU 上 checkpoint 的 dtype，bfloat16 不受支持时换成 float16。"""
-    if torch.device(device).type == "cpu":
+def native_bf16(capability) -> bool:
+    """这块 GPU 的计算能力 (major, minor) 有没有原生 bfloat16：Ampere（8.0）起才有，T4（7.5）没有。
+
+    不用 torch.cuda.is_bf16_supported()：它默认（including_emulation=True）在计算能力 < 8.0 时试着建一个 bfloat16 张量，
+    建得出来就回答 True，T4 上也是；这个参数又只有较新的 torch 才有，而这本 notebook 要在 torch 1.11 上也能跑。
+    """
+    return tuple(capability) >= (8, 0)
+
+
+def default_dtype(device, checkpoint_dtype, capability=None):
+    """dtype=None 时用什么：CPU 上 float32；GPU 上 checkpoint 的 dtype，但 bfloat16 只在原生支持它的 GPU 上用，
+    否则（T4 这类计算能力 < 8.0 的卡）换成 float16。capability 默认读 device 那块 GPU 的 (major, minor)。"""
+    device = torch.device(device)
+    if device.type == "cpu":
         return torch.float32
-    if checkpoint_dtype == torch.bfloat16 and torch.device(device).type == "cuda" and not torch.cuda.is_bf16_supported():
+    if checkpoint_dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return torch.float16
-    return checkpoint_dtype if checkpoint_dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.float16
+    if checkpoint_dtype == torch.bfloat16 and device.type == "cuda":
+        if capability is None:
+            capability = torch.cuda.get_device_capability(device)
+        if not native_bf16(capability):
+            return torch.float16
+    return checkpoint_dtype
 
 
 def load_model(path: str, device: str = "cpu", dtype=None) -> Qwen2ForCausalLM:
