@@ -36,10 +36,10 @@ def range_order(a, b):
     return 0
 
 
-def compare_verdict(name_a, a, name_b, b, what="耗时", scale=1e3, unit="ms"):
+def compare_verdict(name_a, a, name_b, b, what="耗时", scale=1e3, unit="ms", digits=1):
     """两组重复测量的一句结论，由这次的数写成：各自的中位数 [最小, 最大]（乘以 scale，单位 unit），
     范围不重叠才说谁低、中位数差几倍；重叠就说这次分不出差别。"""
-    spreads = f"「{name_a}」{spread_text(a, scale)} {unit}，「{name_b}」{spread_text(b, scale)} {unit}"
+    spreads = f"「{name_a}」{spread_text(a, scale, digits)} {unit}，「{name_b}」{spread_text(b, scale, digits)} {unit}"
     order = range_order(a, b)
     if order == 0:
         return f"{what}：{spreads}；范围重叠，这次测量分不出差别（太吵，下不了结论；在空闲的机器上重跑这一格）"
@@ -406,9 +406,9 @@ else:
     if hf_seconds:
         throughput_rows.append({"how": "一次一个：transformers generate", "tps": spread_text([total_tokens / s for s in hf_seconds], 1, 0)})
     show_table(throughput_rows, [("how", "怎么跑", "{}"), ("tps", "生成 token/s：中位数 [最小, 最大]", "{}")])
-    print(compare_verdict("引擎", engine_seconds, "一次一个的 generate_greedy", greedy_seconds, "总耗时", scale=1, unit="s"))
+    print(compare_verdict("引擎", engine_seconds, "一次一个的 generate_greedy", greedy_seconds, "总耗时", scale=1, unit="s", digits=2))
     if hf_seconds:
-        print(compare_verdict("引擎", engine_seconds, "一次一个的 transformers generate", hf_seconds, "总耗时", scale=1, unit="s"))
+        print(compare_verdict("引擎", engine_seconds, "一次一个的 transformers generate", hf_seconds, "总耗时", scale=1, unit="s", digits=2))
 
 # %% [markdown]
 # **怎么读。** 引擎把同一步里所有请求的 token 拼成一次前向：权重读一遍、算子发一遍，服务所有请求；一次一个时，每个请求的每个 token 都要单独付一次。所以请求越多，引擎应当领先越多；编写本章时定的目标是 GPU 上 64 个并发请求时达到一次一个的 transformers `generate` 的 10 倍以上，这个数在 GPU 上还没有量过。CPU 的小模型上差别可能小得多，甚至反过来：小模型一步的时间主要是 Python 和算子的固定开销，而引擎每一步还要调度、准备块表、补齐注意力。哪一边快、快多少，看上面的结论行。结果相同（上面的 `True`）是前提：快而不对没有意义。
