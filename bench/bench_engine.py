@@ -19,8 +19,21 @@ command and the date:
 
 Every timing is a median with its min-max over the repeats. Exits 0 whether the goals are met or not.
 
-    python bench/bench_engine.py                # CPU (and CUDA when present): a few minutes on 2 cores
-    python bench/bench_engine.py --cpu-only --repeats 3
+The GPU path in one command (real weights from a folder of safetensors; the solutions notebook's
+part five first, then this benchmark, both on that checkpoint; every figure, with its spread, and
+the notebook's plots go to --out and the folder beside it):
+
+    python bench/bench_engine.py --device cuda --checkpoint ~/Qwen2.5-0.5B-Instruct --notebook --out build/part5-gpu.md
+
+`--notebook` runs part five's cells of the solutions notebook (built from the chapter source, or
+the .ipynb given) in one namespace, as a learner's "Run all" would, with the model cell pointed at
+the checkpoint and the device; the cells of parts one to four that part five builds on run first,
+their measurement cells left out. A notebook cell that raises or writes to stderr makes the exit
+status 1. `--tiny` makes a tiny random checkpoint in a temporary folder and uses it as
+`--checkpoint` (the CPU test of this path: no download).
+
+    python bench/bench_engine.py                # CPU (and CUDA when present), random weights: a few minutes on 2 cores
+    python bench/bench_engine.py --device cpu --tiny --notebook --repeats 1 --out build/part5-cpu.md
 """
 
 from __future__ import annotations
@@ -29,8 +42,10 @@ import argparse
 import datetime
 import os
 import platform
+import re
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +53,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from grader.kit.authoring.nbsource import solution_namespace  # noqa: E402
+
+PART_FIVE = "## 第五部分"  # the heading that opens part five; the next "## " heading closes it
 
 GOAL_GPU_THROUGHPUT = 10.0  # engine / transformers one at a time, 64 concurrent requests, on a GPU
 GOAL_TTFT_RATIO = 0.5  # TTFT p50 with caching / without, 90 % shared prompt
@@ -185,15 +202,20 @@ def pool_memory(ns, model, device, plan) -> tuple[list[str], float]:
             f"{measured / 2**20:,.1f} MiB; **{error:+.2%}**"], error
 
 
-def run_device(ns, device, repeats) -> list[str]:
+def run_device(ns, device, repeats, checkpoint=None) -> list[str]:
     import random
 
     plan = plan_for(device)
-    if device == "cpu":
+    if checkpoint is not None:
+        model = ns["load_model"](str(checkpoint), device=device)
+        name = f"checkpoint {checkpoint} ({next(model.parameters()).dtype})"
+        if device == "cpu" and model.config.num_hidden_layers > 4:
+            plan = plan_for("cuda")  # a real model on a CPU: the GPU's sizes (slow, but what was asked)
+    elif device == "cpu":
         model = ns["random_model"](ns["tiny_qwen2_config"](), seed=0)
         name = "tiny Qwen2 (random weights, 4 layers, hidden 128, 4 heads / 2 KV heads, float32)"
     else:
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        dtype = ns["default_dtype"](device, torch.bfloat16)  # bf16 only where the GPU has it natively (not a T4)
         model = ns["random_model"](ns["Qwen2Config"](), seed=0, dtype=dtype, device=device)
         name = f"Qwen2.5-0.5B-Instruct's shape (random weights, 24 layers, hidden 896, 14 heads / 2 KV heads, {dtype})"
     rng = random.Random(34)
@@ -211,29 +233,141 @@ def run_device(ns, device, repeats) -> list[str]:
     return out
 
 
-def main() -> int:
+def tiny_checkpoint(ns, folder: Path) -> Path:
+    """A tiny random Qwen2 saved as config.json + model.safetensors (bf16, like the real one): the --tiny path."""
+    model = ns["random_model"](ns["tiny_qwen2_config"](), seed=0)
+    return Path(ns["save_model"](model, str(folder), dtype=torch.bfloat16))
+
+
+def part_five_cells(notebook: Path | None) -> list[tuple[str, str]]:
+    """(title, source) of the code cells to run: those of parts one to four that are not measurements,
+    then every code cell of part five. From the .ipynb given, or the solutions built from the source."""
+    if notebook is None:
+        from grader.kit.authoring.build import solutions_notebook
+
+        cells = solutions_notebook(run=False).cells
+    else:
+        import json
+
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    chosen, part = [], "before"
+    for cell in cells:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and re.search(r"^## ", source, re.MULTILINE):
+            part = "five" if PART_FIVE in source else ("after" if part == "five" else part)
+        if cell["cell_type"] != "code" or part == "after":
+            continue
+        if part == "before" and "measurement" in cell.get("metadata", {}).get("tags", []):
+            continue
+        title = next((line for line in source.splitlines() if line.strip()), "")
+        chosen.append((("5: " if part == "five" else "") + title, source))
+    if not any(title.startswith("5: ") for title, _ in chosen):
+        raise RuntimeError(f"no part five ({PART_FIVE}) in {notebook or 'the solutions built from the source'}")
+    return chosen
+
+
+def run_part_five(notebook, checkpoint: Path, device: str, figures: Path) -> tuple[list[str], int]:
+    """Part five of the solutions notebook on `checkpoint` and `device`: report lines, and how many cells failed."""
+    from notebook_on_gpu import (  # bench/notebook_on_gpu.py: one cell as "Run all" runs it
+        run_cell,
+        table_text,
+    )
+
+    saved = []
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        def save_figures(*_args, **_kwargs):  # the notebook's plt.show(): each figure to a PNG
+            for number in plt.get_fignums():
+                path = figures / f"part5-figure-{len(saved) + 1}.png"
+                plt.figure(number).savefig(path, dpi=100)
+                saved.append(path)
+            plt.close("all")
+
+        plt.show = save_figures
+    except ImportError:
+        pass
+    namespace, failed = {"__name__": "__main__"}, 0
+    table = ["| cell | first line | s | raised | stderr |", "|---|---|---|---|---|"]
+    outputs = []
+    for number, (title, source) in enumerate(part_five_cells(notebook)):
+        source = re.sub(r'^MODEL_SOURCE = .*$', f"MODEL_SOURCE = {str(checkpoint)!r}", source, count=1, flags=re.MULTILINE)
+        source = re.sub(r'^LLM_DEVICE = .*$', f"LLM_DEVICE = {device!r}", source, count=1, flags=re.MULTILINE)
+        ran = run_cell(source, f"<cell {number}>", namespace)
+        failed += bool(ran["raised"] or ran["err"])
+        if title.startswith("5: ") or ran["raised"] or ran["err"]:
+            table.append(f"| {number} | `{table_text(title, 70)}` | {ran['seconds']:.2f} | {table_text(ran['raised'], 160)} | "
+                         f"{table_text(ran['err'], 200)} |")
+        if title.startswith("5: ") and ran["out"].strip():
+            outputs += [f"#### {title[3:]}", "", "```", ran["out"].rstrip(), "```", ""]
+    lines = ["## The solutions notebook's part five", "", f"checkpoint `{checkpoint}`, device `{device}`; {failed} cell(s) raised or "
+             "wrote to stderr (cells of parts one to four are listed only then)", "", *table, "", *outputs]
+    lines += [f"figures: {', '.join(p.name for p in saved)}" if saved else "figures: none (matplotlib missing)", ""]
+    return lines, failed
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="runs per timed configuration (default 3)")
-    parser.add_argument("--cpu-only", action="store_true", help="skip CUDA even when a GPU is there")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto (default): the CPU, and CUDA too when there is a GPU")
+    parser.add_argument("--cpu-only", action="store_true", help="the same as --device cpu")
+    parser.add_argument("--checkpoint", type=Path, help="a folder with config.json and *.safetensors (Qwen2.5-0.5B-Instruct): real weights")
+    parser.add_argument("--tiny", action="store_true", help="make a tiny random checkpoint and use it as --checkpoint (no download)")
+    parser.add_argument("--notebook", nargs="?", const="source", help="run the solutions notebook's part five first "
+                        "(no value: built from the chapter source; or a path to an .ipynb)")
+    parser.add_argument("--out", type=Path, help="write the report here as well (figures beside it)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the tiny model is fastest so)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.tiny and args.checkpoint:
+        parser.error("--tiny makes its own checkpoint: give --tiny or --checkpoint, not both")
+    if args.checkpoint and not (args.checkpoint / "config.json").exists():
+        parser.error(f"--checkpoint {args.checkpoint}: no config.json there (a folder with config.json and *.safetensors)")
+    if args.notebook and not (args.checkpoint or args.tiny):
+        parser.error("--notebook needs --checkpoint FOLDER or --tiny")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
     ns = solution_namespace()
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() and not args.cpu_only else [])
+    if args.device == "auto" and not args.cpu_only:
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    else:
+        devices = ["cpu" if args.cpu_only else args.device]
     report = [
         "# Part five: the engine on a real architecture (bench/bench_engine.py)", "",
-        f"- command: `python {' '.join(sys.argv)}`",
+        f"- command: `python {' '.join(sys.argv if argv is None else ['bench/bench_engine.py', *argv])}`",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average before: {os.getloadavg()[0]:.2f}",
         f"- machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}, "
         f"{args.threads} torch thread(s)" + (f", GPU {torch.cuda.get_device_name(0)}" if "cuda" in devices else ", no GPU: the CUDA path has not run"),
         "",
     ]
-    for device in devices:
-        report += run_device(ns, device, args.repeats)
-    report.append(f"Total {time.perf_counter() - started:.0f} s.")
-    print("\n".join(report))
-    return 0
+    failed = 0
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpoint = tiny_checkpoint(ns, Path(scratch) / "tiny-qwen2") if args.tiny else args.checkpoint
+        if args.notebook:
+            figures = args.out.parent if args.out else Path(scratch)
+            figures.mkdir(parents=True, exist_ok=True)
+            notebook = None if args.notebook == "source" else Path(args.notebook)
+            lines, failed = run_part_five(notebook, checkpoint, devices[-1], figures)
+            report += lines
+        for device in devices:
+            report += run_device(ns, device, args.repeats, checkpoint)
+    report.append(f"Total {time.perf_counter() - started:.0f} s." + (f" {failed} notebook cell(s) failed." if failed else ""))
+    text = "\n".join(report)
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -79,7 +79,31 @@ def test_decode_step_leaves_one_step_to_count(ns, model):
     assert len(engine.step()) == 2 and not engine.has_unfinished_requests()
 
 
-def test_verdict_concludes_only_when_ranges_do_not_overlap(ns):
-    assert "低" in ns["compare_verdict"]("a", [1, 2], "b", [3, 4])
-    assert "高" in ns["compare_verdict"]("a", [5, 6], "b", [3, 4])
-    assert "太吵" in ns["compare_verdict"]("a", [1, 3.5], "b", [3, 4])
+def test_verdict_on_overlapping_spreads_says_the_run_cannot_tell(ns):
+    for a, b in (([0.010, 0.012, 0.030], [0.011, 0.013, 0.014]), ([0.028, 0.031], [0.030, 0.169]), ([1.0, 1.0], [1.0, 1.0])):
+        text = ns["compare_verdict"]("缓存开", a, "缓存关", b, "TBT p50")
+        assert "分不出差别" in text and "太吵" in text, text
+        assert "低，每一次" not in text
+
+
+def test_verdict_on_separated_spreads_names_the_lower_one_whichever_side_it_is(ns):
+    on, off = [0.028, 0.029, 0.031], [0.093, 0.120, 0.169]
+    first = ns["compare_verdict"]("缓存开", on, "缓存关", off, "TBT p50")
+    second = ns["compare_verdict"]("缓存关", off, "缓存开", on, "TBT p50")
+    for text in (first, second):
+        assert "「缓存开」低，每一次都比「缓存关」的每一次低" in text, text
+        assert "分不出" not in text
+        assert "4.14×" in text  # median 120 ms / 29 ms, from these numbers
+    # the spreads it was built from are in the sentence: median [min, max] in ms
+    assert "29.0 [28.0, 31.0] ms" in first and "120.0 [93.0, 169.0] ms" in first
+
+
+def test_verdict_prints_seconds_when_asked(ns):
+    text = ns["compare_verdict"]("引擎", [2.0, 2.5], "一次一个", [9.0, 11.0], "总耗时", scale=1, unit="s")
+    assert "「引擎」2.2 [2.0, 2.5] s" in text and "「引擎」低" in text
+
+
+@pytest.mark.parametrize("a, b, order", [([1, 2], [3, 4], -1), ([5, 6], [3, 4], 1), ([1, 3.5], [3, 4], 0), ([1, 3], [3, 4], 0)],
+                         ids=["a-lower", "b-lower", "overlap", "touching-ends-overlap"])
+def test_range_order_decides_only_on_disjoint_ranges(ns, a, b, order):
+    assert ns["range_order"](a, b) == order

@@ -284,3 +284,19 @@ def test_download_tries_modelscope_then_huggingface(ns, checkpoint, monkeypatch)
         ns["download_model"]("Qwen/Qwen2.5-0.5B-Instruct")
     message = str(error.value)
     assert "\n" not in message and "ConnectionError: Max retries exceeded" in message and "huggingface_hub 没有安装" in message
+
+
+@pytest.mark.parametrize(
+    "device, capability, expected",
+    [("cuda", (7, 5), torch.float16), ("cuda", (8, 0), torch.bfloat16), ("cuda", (9, 0), torch.bfloat16), ("cpu", None, torch.float32)],
+    ids=["t4-has-no-native-bf16", "a100-keeps-bf16", "h100-keeps-bf16", "cpu-computes-in-float32"],
+)
+def test_default_dtype_gives_bf16_only_to_gpus_with_native_bf16(ns, device, capability, expected):
+    """Decided from the compute capability: torch.cuda.is_bf16_supported() answers True on a T4 (emulation)."""
+    assert ns["default_dtype"](device, torch.bfloat16, capability=capability) == expected
+
+
+def test_default_dtype_keeps_16_and_32_bit_checkpoints_on_any_gpu(ns):
+    assert ns["default_dtype"]("cuda", torch.float16, capability=(7, 5)) == torch.float16
+    assert ns["default_dtype"]("cuda", torch.float32, capability=(7, 5)) == torch.float32
+    assert ns["default_dtype"]("cuda:0", torch.float64, capability=(8, 0)) == torch.float16

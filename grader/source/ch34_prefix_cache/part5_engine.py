@@ -1,17 +1,23 @@
 # %% [markdown]
 # #### 5.5　引擎：分页 KV 池、块池与 `allocate_slots`（TODO 20–21）
 #
-# 第二部分的 KV、第三部分的块缓存、第四部分的调度器，在 vLLM 里是**同一个机制**的几层：
-#
-# | 层 | vLLM v1 的文件与名字 | 它只回答一个问题 | 这里 |
-# |---|---|---|---|
-# | 块池 | `vllm/v1/core/block_pool.py`：`BlockPool`、`free_block_queue`、`cached_block_hash_to_block`、`get_new_blocks`、`touch`、`free_blocks` | 哪些物理块空闲、哪些登记在缓存里、哪个先被淘汰 | `BlockPool`（**TODO 20**） |
-# | KV 缓存管理 | `kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | 一个请求这一步的 token 要哪些块；哪些满块可以登记 | `KVCacheManager`（**TODO 21**） |
-# | 调度器 | `sched/scheduler.py`：`Scheduler.schedule` | 这一步给哪些请求各算几个 token；块不够时抢占谁 | `EngineScheduler`（**TODO 22**），继承第四部分的 `Scheduler` |
-# | 模型执行 | `worker/gpu_model_runner.py` 与注意力后端 | 把这一步所有请求的 token 拼成一批，一次前向；K/V 写进池、再按块表读出 | `ModelRunner`、`paged_attention`（**TODO 23**） |
-# | 引擎 | `engine/llm_engine.py`（`LLMEngine.step`） | 一步 = 调度 → 前向 → 收下采样的 token → 释放结束的请求 | `LLMEngine`（**TODO 24**） |
+# 第二部分的 KV、第三部分的块缓存、第四部分的调度器，在 vLLM 里是**同一个机制**的几层，每层只回答一个问题：**块池**（`BlockPool`，**TODO 20**）管哪些物理块空闲、哪些登记在缓存里、哪个先被淘汰；**KV 缓存管理器**（`KVCacheManager`，**TODO 21**）管一个请求这一步的 token 要哪些块；**调度器**（`EngineScheduler`，**TODO 22**，继承第四部分的 `Scheduler`）管这一步给谁算几个 token、块不够时抢占谁；**模型执行**（`ModelRunner` 与 `paged_attention`，**TODO 23**）把这一步所有请求的 token 拼成一批、一次前向；**引擎**（`LLMEngine`，**TODO 24**）把一步串起来：调度 → 前向 → 收下采样的 token → 释放结束的请求。
 #
 # 调度器从不碰 block id，块池从不看请求的 token：每一层只用下一层的名字说话。模型就是 5.1 节的 `Qwen2ForCausalLM`：它在每一层调用 `attention(layer_idx, q, k, v)`，我们传进去的 `attention` 对象把 K/V 写进池、再按块表读出来。
+#
+# <details><summary>深入：这些层在 vLLM 0.33.0 里叫什么，这一章省掉了什么</summary>
+#
+# | 层 | vLLM 0.33.0 的文件与名字 | 这里 |
+# |---|---|---|
+# | 块池 | `vllm/v1/core/block_pool.py`：`BlockPool`、`free_block_queue`、`cached_block_hash_to_block`、`get_new_blocks`、`touch`、`free_blocks` | `BlockPool` |
+# | KV 缓存管理 | `vllm/v1/core/kv_cache_manager.py`：`KVCacheManager.get_computed_blocks`、`allocate_slots`、`free` | `KVCacheManager` |
+# | 调度器 | `vllm/v1/core/sched/scheduler.py`：`Scheduler.schedule`、`update_from_output` | `EngineScheduler` |
+# | 模型执行 | 默认是 Model Runner V2：`vllm/v1/worker/gpu/model_runner.py`（`VllmConfig.use_v2_model_runner`：没设 `VLLM_USE_V2_MODEL_RUNNER`、有 Triton、没有它还不支持的功能时为真，否则退回 V1 的 `vllm/v1/worker/gpu_model_runner.py`），加上注意力后端 | `ModelRunner`、`paged_attention` |
+# | 一步 | `vllm/v1/engine/core.py`：`EngineCore.step`（调度 → `execute_model` → `update_from_output`）；`vllm/v1/engine/llm_engine.py` 的 `LLMEngine` 只是留给旧接口的外壳 | `LLMEngine.step` |
+#
+# 这一章的 `step()` 是 `EngineCore.step` 的同步写法：调度、前向、收 token，一步做完才排下一步。vLLM 0.33.0 默认打开**异步调度**（`SchedulerConfig.async_scheduling` 默认 `None`，`VllmConfig` 在没有不兼容的选项时把它设成 `True`）：这时 `max_concurrent_batches` 是 2，`EngineCore` 改用 `step_with_batch_queue`，GPU 还在算上一步时，CPU 已经在排下一步，下一步要用的 token 由 GPU 那边补上。这一章不做这件事，也不做 CUDA graph、多卡、投机解码和采样参数（只有贪心）。这些都不改变块池、缓存和调度的账，改变的是一步的耗时。
+#
+# </details>
 #
 # ##### 分页 KV 池
 #
@@ -23,7 +29,7 @@
 #
 # - **`get_new_blocks(n)`（TODO 20）** 从队首拿 n 个块。拿到的块如果还带着 `block_hash`（登记在缓存里），**这时**才把它从 `cached_block_hash_to_block` 里删掉（`_maybe_evict_cached_block`）：淘汰是**惰性**的，一个没人用的缓存块一直可以被命中，直到它的显存真的被要走。
 # - **`touch(blocks)`**：命中的块 `ref_cnt + 1`；原来是 0 的，从空闲队列里取出来（它不再能被淘汰）。只查找不 touch，不改变顺序。
-# - **`free_blocks(ordered_blocks)`**：`ref_cnt - 1`，降到 0 的块回到队列。0.33.0 的写法：登记过的块排到**队尾**（最近用过，最后淘汰），没登记过的块放到**队首**（内容没有复用价值，先被拿走）。`KVCacheManager.free` 按块表**从尾到头**交给它，所以同一条链上总是尾块先被淘汰——父块比子块先没了，子块就再也查不到了。
+# - **`free_blocks(ordered_blocks)`**：`ref_cnt - 1`，降到 0 的块回到空闲队列。登记过的块排到**队尾**（刚用过，最后淘汰：这就是 LRU）；没登记过的块放到**队首**（内容没人能命中，先被拿走）。参数的顺序就是淘汰的先后：排在前面的先被淘汰。`KVCacheManager.free` 把请求的块表**倒过来**交给它，所以一个请求释放的块里，**尾块排在前面、先被淘汰**，第一块最后被淘汰。为什么要这样：查找从第一块往后走，遇到第一个没命中的块就停。先淘汰尾块，剩下的仍是一段从头开始、查得到的前缀；要是先淘汰了第一块，后面的块虽然还登记着，却再也没有查找能走到它们，白白占着显存。
 # - **同样内容可以登记好几个块。** 两个请求各自算了同一段前缀（后一个被接纳时，前一个还没排到那一块，它没命中），两个块都登记：`cached_block_hash_to_block` 是一个 `BlockHashToBlockMap`，一个 hash 对应 `{block_id: 块}`。vLLM 不去重（`block_pool.py` 里这个类的 NOTE #1：块表只追加，已分配的块号不变）；查找取还登记着的、最早登记的那个。所以重复的块释放时也是缓存块，排到队尾。
 #
 # 块的 hash 沿用第三部分的哈希链：第 i 块的 hash 覆盖父块的 hash 和本块的 token。vLLM 默认用 SHA-256（`prefix_caching_hash_algo`），命中时不再核对块里的 token；第三部分用 Python 的 64 位 `hash`，所以要核对。这里和 vLLM 一样用 SHA-256。（vLLM 还把 0 号块留作占位的 null block；这里没有这个需要，每个块都可用。）
@@ -332,7 +338,13 @@ class KVCacheManager(KVCacheManagerBase):
 #
 # **TODO 22 `_allocate_or_preempt(request, num_new_tokens, out)`** 就是 1–3：分配成功返回 `True`；被抢占的请求 id 依次记进 `out.preempted_req_ids`；当前请求自己被抢占时返回 `False`。新请求的接纳（`_schedule_waiting`，已给出）不抢占别人：分配不到就停下，等下一步。
 #
-# 接纳还有一道门槛（已给出，`KVCacheManager.full_sequence_fits`）：waiting 里的请求（新来的或被抢占过的）只有**整个序列**（`request.num_tokens` 个 token，不只是这一步的第一块）都放得下时才被接纳。这是 vLLM 0.33.0 的默认：`vllm/config/scheduler.py` 第 190 行 `scheduler_reserve_full_isl: bool = True`；`Scheduler.schedule` 接纳 waiting 时（`sched/scheduler.py` 第 1449 行）传 `allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`；`kv_cache_manager.py` 第 531 行起按整个序列算要几个块（减去命中的块，加上命中的块里还在空闲队列里的），比空闲块多就返回 `None`。没有这道门槛，分块 prefill 会接纳一个只放得下第一块的请求，算到一半再抢占它或别人，已算的白算。
+# 接纳还有一道门槛（已给出，`KVCacheManager.full_sequence_fits`）：waiting 里的请求（新来的或被抢占过的）只有**整个序列**（`request.num_tokens` 个 token，不只是这一步的第一块）都放得下时才被接纳，这也是 vLLM 0.33.0 的默认。没有这道门槛，分块 prefill 会接纳一个只放得下第一块的请求，算到一半再抢占它或别人，已算的白算。
+#
+# <details><summary>深入：这道门槛在 vLLM 0.33.0 源码里的位置</summary>
+#
+# `vllm/config/scheduler.py`：`scheduler_reserve_full_isl: bool = True`（第 190 行）。`vllm/v1/core/sched/scheduler.py` 的 `Scheduler.schedule` 接纳 waiting 里的请求时调用 `allocate_slots(..., full_sequence_must_fit=self.scheduler_reserve_full_isl)`（第 1449 行）；`vllm/v1/core/kv_cache_manager.py` 从第 531 行起按整个序列算要几个块（减去命中的块，加上命中的块里还在空闲队列里的），比空闲块多就返回 `None`。行号会随版本移动。
+#
+# </details>
 #
 # ##### 一步一次前向：扁平的 token、块表和槽位
 #

@@ -4,6 +4,14 @@
 #
 # 前四部分各自停在引擎的前一步：第二部分复用真实的 KV，但每个请求各拿一份连续的张量；第三部分有哈希链、引用计数和 LRU，块里却没有 KV；第四部分用一个 token 预算排 decode 和 prefill，却不管 KV 放不放得下。这一部分把它们合成一个能服务**真实模型**的引擎，并在你自己的设备上量它。
 #
+# **学完这一部分，你能：**
+#
+# 1. 读懂一个真实的小模型（Qwen2.5-0.5B-Instruct）在纯 PyTorch 里的结构，并从 **safetensors**（Hugging Face 发布权重用的文件格式：一个 JSON 头加上各张量的原始字节）里读出它的权重；
+# 2. 写出一个**分页 KV 池**（paged KV pool：所有请求的 K/V 存在同一组按固定大小的**块**切开的张量里，每个请求用一张**块表**记下它的 token 在哪些块）的块池与分配（TODO 20–21）；
+# 3. 在池子不够时按 vLLM 的规则做**抢占**（preemption：收回一个正在跑的请求的全部块，让它以后从头重算）（TODO 22）；
+# 4. 写出**分页注意力**（paged attention：每个请求按块表从池里取回自己的 K/V 再做注意力，所有请求一次算完）和一步的引擎循环（TODO 23–24）；
+# 5. 在自己的设备上量这个引擎的 **TTFT**（time to first token：请求到达到第一个输出 token 的时间）和 **TBT**（time between tokens：同一请求相邻两个输出 token 的间隔），并且只在测量的散布允许时下结论。
+#
 # #### 5.1　真实的模型：Qwen2.5-0.5B-Instruct（已给出）
 #
 # 我们用纯 PyTorch 写出 Qwen2.5-0.5B-Instruct 的结构，直接读它发布的权重文件（`config.json` + `*.safetensors`）。选它而不选 Qwen3-0.6B，是因为它的注意力只多了 q/k/v 的偏置，没有 Qwen3 的 q/k RMSNorm，要写的部件更少；`transformers` 从 4.37 起就认识它（Qwen3 要 4.51），老环境里也能拿来对照；权重只有约 1 GB（16 位），T4 上用 float16 就能跑。
@@ -322,7 +330,7 @@ def count_parameters(model) -> int:
 # 2. 接着 `N` 个字节是 JSON 头：每个张量一项，`{"dtype": "BF16", "shape": [896], "data_offsets": [start, end]}`，偏移从头后面算起；还可以有一项 `__metadata__`；
 # 3. 后面是所有张量的原始字节，按小端序、行优先紧挨着存放。
 #
-# 大模型的权重会切成几个文件（分片），`model.safetensors.index.json` 的 `weight_map` 写着每个张量在哪个文件里。`load_model` 读 `config.json`，逐个张量读出（`torch.frombuffer`），转成要用的 dtype 后放到设备上；缺了、多了、形状不对，都会报出张量的名字。`dtype=None` 时：CPU 上用 float32；GPU 上用 checkpoint 自己的 dtype（Qwen2.5 是 bfloat16），GPU 不支持 bfloat16（比如 T4）时换成 float16。
+# 大模型的权重会切成几个文件（分片），`model.safetensors.index.json` 的 `weight_map` 写着每个张量在哪个文件里。`load_model` 读 `config.json`，逐个张量读出（`torch.frombuffer`），转成要用的 dtype 后放到设备上；缺了、多了、形状不对，都会报出张量的名字。`dtype=None` 时：CPU 上用 float32；GPU 上用 checkpoint 自己的 dtype（Qwen2.5 是 bfloat16），但只在**原生**支持 bfloat16 的 GPU（计算能力 ≥ 8.0，Ampere 起）上；T4 的计算能力是 7.5，没有 bfloat16 的硬件，就换成 float16。判断看 `torch.cuda.get_device_capability()`，而不是 `torch.cuda.is_bf16_supported()`：后者默认把“能模拟”也算作支持，在 T4 上也回答 True。
 
 # %% nbgrader={"grade": false, "grade_id": "model_loader", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #@title 读写 checkpoint：只用标准库解析 safetensors；load_model、save_model、random_model
@@ -394,13 +402,29 @@ def checkpoint_files(path):
     return [os.path.join(path, n) for n in names]
 
 
-def default_dtype(device, checkpoint_dtype):
-    """dtype=None 时用什么：CPU 上 float32；GPU 上 checkpoint 的 dtype，bfloat16 不受支持时换成 float16。"""
-    if torch.device(device).type == "cpu":
+def native_bf16(capability) -> bool:
+    """这块 GPU 的计算能力 (major, minor) 有没有原生 bfloat16：Ampere（8.0）起才有，T4（7.5）没有。
+
+    不用 torch.cuda.is_bf16_supported()：它默认（including_emulation=True）在计算能力 < 8.0 时试着建一个 bfloat16 张量，
+    建得出来就回答 True，T4 上也是；这个参数又只有较新的 torch 才有，而这本 notebook 要在 torch 1.11 上也能跑。
+    """
+    return tuple(capability) >= (8, 0)
+
+
+def default_dtype(device, checkpoint_dtype, capability=None):
+    """dtype=None 时用什么：CPU 上 float32；GPU 上 checkpoint 的 dtype，但 bfloat16 只在原生支持它的 GPU 上用，
+    否则（T4 这类计算能力 < 8.0 的卡）换成 float16。capability 默认读 device 那块 GPU 的 (major, minor)。"""
+    device = torch.device(device)
+    if device.type == "cpu":
         return torch.float32
-    if checkpoint_dtype == torch.bfloat16 and torch.device(device).type == "cuda" and not torch.cuda.is_bf16_supported():
+    if checkpoint_dtype not in (torch.float16, torch.bfloat16, torch.float32):
         return torch.float16
-    return checkpoint_dtype if checkpoint_dtype in (torch.float16, torch.bfloat16, torch.float32) else torch.float16
+    if checkpoint_dtype == torch.bfloat16 and device.type == "cuda":
+        if capability is None:
+            capability = torch.cuda.get_device_capability(device)
+        if not native_bf16(capability):
+            return torch.float16
+    return checkpoint_dtype
 
 
 def load_model(path: str, device: str = "cpu", dtype=None) -> Qwen2ForCausalLM:
