@@ -28,7 +28,7 @@ def test_by_default_parts_one_two_and_four_count_and_part_three_is_recorded_besi
         == list(DEFAULT_COUNTED_PARTS)
         == ["core", "kv", "sched"]
     )
-    assert part_points(SOURCE) == {"core": 100, "kv": 30, "block": 40, "sched": 30, "engine": 30}
+    assert part_points(SOURCE) == {"core": 100, "kv": 30, "block": 50, "sched": 50, "engine": 30}
 
 
 def test_an_instructor_who_counts_the_challenge_part_gets_a_first_cell_and_headings_that_say_so(
@@ -36,21 +36,21 @@ def test_an_instructor_who_counts_the_challenge_part_gets_a_first_cell_and_headi
 ):
     parts = load_parts(course(tmp_path, 'counted_parts = ["core", "kv", "block", "sched", "engine"]'))
     texts = points_texts(SOURCE, parts)
-    assert "共 **230 分，计入成绩**" in texts["{{grading_summary}}"]
+    assert "共 **260 分，计入成绩**" in texts["{{grading_summary}}"]
     assert "不计入" not in texts["{{grading_summary}}"]
-    assert texts["{{points:block}}"] == "40 分，计分"
+    assert texts["{{points:block}}"] == "50 分，计分"
 
 
 def test_leaving_part_four_out_of_the_score_records_it_separately(tmp_path):
     parts = load_parts(course(tmp_path, 'counted_parts = ["core", "kv"]'))
     texts = points_texts(SOURCE, parts)
     assert "共 **130 分，计入成绩**" in texts["{{grading_summary}}"]
-    assert "第四部分：调度器（TODO 15–19）30 分" in texts["{{grading_summary}}"].split("；")[1]
-    assert texts["{{points:sched}}"] == "30 分，单独计分"
+    assert "第四部分：调度器（TODO 15–19）50 分" in texts["{{grading_summary}}"].split("；")[1]
+    assert texts["{{points:sched}}"] == "50 分，单独计分"
 
 
-def test_the_default_setting_makes_the_score_out_of_160():
-    assert max_score(_grade_points()) == 160
+def test_the_default_setting_makes_the_score_out_of_180():
+    assert max_score(_grade_points()) == 180
 
 
 def _grade_points():

@@ -149,7 +149,7 @@ def test_subtotals_equal_the_sum_of_their_cells_and_score_leaves_the_challenge_o
         == batch["rows"]["张三"]["max_score"]
         == f"{COUNTED_POINTS:g}"
     )
-    assert float(batch["rows"]["张三"]["block"]) == 40
+    assert float(batch["rows"]["张三"]["block"]) == 50
     lisi = batch["rows"]["lisi"]
     assert (
         float(lisi["todo2"]) < 12

@@ -291,7 +291,7 @@ def test_first_cell_and_each_part_heading_give_the_points_and_whether_they_count
     assert [h[:7] for h in headings] == ["## 第一部分", "## 第二部分", "## 第三部分", "## 第四部分", "## 第五部分"]
     assert "100 分，计分" in headings[0] and "30 分，计分" in headings[1]
     assert "选做" in headings[2] and "单独计分" in headings[2]
-    assert "30 分，计分" in headings[3]
+    assert "50 分，计分" in headings[3]
     assert "30 分，单独计分" in headings[4]
     left = re.findall(r"\{\{[\w:]+\}\}", "\n".join(c.source for c in cells))
     assert not left, f"placeholders left unfilled: {left}"
