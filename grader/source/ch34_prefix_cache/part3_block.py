@@ -44,7 +44,7 @@
 #
 # <details><summary>深入：这里的命中率和 vLLM 报的命中率差在哪里</summary>
 #
-# 两者都按 token 计、按整块算命中。不同之处有两点。一是 vLLM 把命中封顶在 `num_tokens - 1`（`KVCacheManager.get_computed_blocks`，第四部分的 TODO 15），完整命中的 prompt 少算一块，这里不封顶。二是统计的范围：vLLM 的 Prometheus 计数器 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` 是累计值；日志里那行 “Prefix cache hit rate” 来自 `LoggingStatLogger`，它用的 `PrefixCachingMetrics`（`vllm/v1/core/kv_cache_utils.py`，后来改名 `CachingMetrics`，移到 `vllm/v1/metrics/stats.py`）默认只聚合最近 `max_recent_requests=1000` 个请求，按批整批丢掉最旧的，所以是“最近约 1,000 个请求”的滑动窗口。本章的 `hit_rate` 是从头累计的。（窗口的说法读自 vLLM 2025 年中的 `loggers.py` 与 `kv_cache_utils.py`；换版本时先看 `LoggingStatLogger` 用的是哪个类。）
+# 两者都按 token 计、按整块算命中。不同之处有两点。一是 vLLM 把命中封顶在 `num_tokens - 1`（`KVCacheManager.get_computed_blocks`，第四部分的 TODO 15），完整命中的 prompt 少算一块，这里不封顶。二是统计的范围：vLLM 的 Prometheus 计数器 `vllm:prefix_cache_queries` / `vllm:prefix_cache_hits` 是从启动起累计的；日志里那行 “Prefix cache hit rate” 来自 `LoggingStatLogger`（`vllm/v1/metrics/loggers.py`），它用的 `CachingMetrics`（`vllm/v1/metrics/stats.py`）默认只聚合最近 `max_recent_requests=1000` 个请求，超出时整批丢掉最旧的，所以是“最近约 1,000 个请求”的滑动窗口（读自 vLLM 0.33.0）。本章的 `hit_rate` 从头累计。
 #
 # </details>
 
@@ -629,7 +629,7 @@ except NotImplementedError:
     print("先完成 TODO 11–14，再运行这个演示。")
 
 # %% [markdown]
-# ### 3.3　自动评分单元格：TODO 11–14（选做，单独计分）
+# ### 自动评分单元格：TODO 11–14（选做，单独计分）
 #
 # 下面每格检查一个 TODO 的一个方面，分值写在第一行。每格只查自己的 TODO：查某个 TODO 时，其余方法换成评分代码自带的参考实现；每一步之后都检查全部不变量（`check_integrity()`）。
 
@@ -640,7 +640,7 @@ except NotImplementedError:
 #| checks: todo14.py
 
 # %% [markdown]
-# ### 3.4　工作负载模拟器：什么样的请求流才能命中
+# ### 3.3　工作负载模拟器：什么样的请求流才能命中
 #
 # 命中率不是缓存自己的属性，而是“缓存 × 请求流”的结果。下面的模拟器生成三种真实场景里常见的请求流（token 是随机整数，只有刻意共享的部分才相同）：
 #
@@ -655,7 +655,7 @@ except NotImplementedError:
 # 为了对照淘汰策略，还给出两个子类：`FIFOBlockPrefixCache` 淘汰**最早登记**的块（不管最近有没有用过），`RandomBlockPrefixCache` 随机淘汰。一个块被淘汰后，它在缓存里的后代也就再也查不到了，所以这两个子类连同后代一起淘汰（后代一定也可淘汰：后代被引用时父块必然也被引用）。
 
 # %% tags=["learner-only"] nbgrader={"grade": false, "grade_id": "block_simulator", "locked": true, "schema_version": 3, "solution": false, "task": false}
-#@title 3.4 节的工具：三种负载、请求流模拟、FIFO / 随机淘汰的对照实现
+#@title 3.3 节的工具：三种负载、请求流模拟、FIFO / 随机淘汰的对照实现
 from random import Random
 
 
@@ -909,7 +909,7 @@ class RandomBlockPrefixCache(_PolicyBlockPrefixCache):
         return self._rng.choice(list(self._evictable))
 
 # %% [markdown]
-# ### 3.5　测量一：命中率随容量的变化
+# ### 3.4　测量一：命中率随容量的变化
 #
 # 同一个请求流，块池从 64 块放大到 2048 块（`block_size=16`，最多 4 个请求同时运行）。最后一行是第一部分的 `PrefixCacheManager`：不限容量，每个 prompt 整条登记。“不淘汰所需块数”是请求流里不同满块前缀的个数，池子有这么大就永远不必淘汰。整段测量在普通 CPU 上约 2 秒。
 
@@ -965,7 +965,7 @@ del _show_hit_rate_vs_capacity
 # - **`PrefixCacheManager` 只认“整条旧 prompt”。** 它把每个 prompt 整条登记，新请求只有以某条**完整的**旧 prompt 开头才算命中。`system-prompt` 和 `few-shot` 的新请求从不以别人的完整 prompt 开头，所以命中率是 0；块级缓存按块自动发现任意长度的公共前缀，不需要谁事先登记“哪段是公共的”。`multi-turn` 里上一轮的 prompt 恰好是下一轮的前缀，它按 token 精确命中，也不受容量限制，所以和大池子的块级缓存不相上下；块级缓存多出来的是各会话共享的那段 system prompt，少掉的是按块取整。
 
 # %% [markdown]
-# ### 3.6　测量二：淘汰策略为什么重要
+# ### 3.5　测量二：淘汰策略为什么重要
 #
 # 同样的请求流、同样的块池，只换淘汰策略：LRU（本章的 `BlockPrefixCache`）、FIFO（淘汰最早登记的块）、随机淘汰。三者都受引用计数保护：正在运行的请求用着的块谁也不会淘汰。区别只在于：当几个块都没人用时，先丢哪一个。
 
@@ -997,7 +997,7 @@ del _show_eviction_policies
 # 反过来，LRU 也有吃亏的时候：一大批只出现一次的长文档会把热门前缀挤到队首（缓存污染，scan pollution）。vLLM 社区里就有人提议借鉴 Linux 页缓存的 active/inactive 两条链表来缓解。
 
 # %% [markdown]
-# ### 3.7　vLLM 和 SGLang：同一件事的两种组织方式
+# ### 3.6　vLLM 和 SGLang：同一件事的两种组织方式
 #
 # **vLLM** 的前缀缓存和本章的 `BlockPrefixCache` 结构相近：KV 按固定大小的块分页，只有满块才有块哈希（父块哈希 + 本块 token），用一张“块哈希 → 物理块”的字典查找；没人用的块按淘汰顺序排在一条空闲队列里，请求结束时从尾到头排到队尾；命中时把块从队列里摘下、引用 +1；查找本身不改变淘汰顺序。有一处要紧的不同：**vLLM 命中时不核对块里存的 token**，只信哈希，所以它用碰撞概率可以忽略的 SHA-256；本章用 Python 内置的 64 位 `hash`，碰撞要当真，TODO 11 才要核对 `parent_key` 和 `token_ids`。
 #
@@ -1013,10 +1013,10 @@ del _show_eviction_policies
 # </details>
 
 # %% [markdown]
-# ### 3.8　证据边界：这一部分证明了什么，没证明什么
+# ### 3.7　证据边界：这一部分证明了什么，没证明什么
 #
 # - **证明了：** `BlockPrefixCache` 的簿记是对的：随机操作序列与暴力参考实现逐步比对，每一步之后所有不变量都成立（块池不超容量、使用中的块不被淘汰、淘汰顺序是 LRU、不满的块不缓存、强制哈希碰撞也不会返回错误的块、查询不改变状态、块不够时报错且不改变状态）。
-# - **测到了：** 在**合成**请求流上，token 级命中率如何随块池容量和淘汰策略变化。查找开销这本 notebook 不测：编写本章时我们另外计时过，缓存 100 到 10,000 条序列时哈希链的 `match` 耗时基本不变，`PrefixCacheManager.match_prefix` 的线性扫描随条数线性增长；想自己看，在 3.5 节之后新建一格，用 `time.perf_counter` 给两者各计一次时即可。
+# - **测到了：** 在**合成**请求流上，token 级命中率如何随块池容量和淘汰策略变化。查找开销这本 notebook 不测：编写本章时我们另外计时过，缓存 100 到 10,000 条序列时哈希链的 `match` 耗时基本不变，`PrefixCacheManager.match_prefix` 的线性扫描随条数线性增长；想自己看，在 3.4 节之后新建一格，用 `time.perf_counter` 给两者各计一次时即可。
 # - **没有证明：** 真实显存里的 KV 复用是否正确（那是第二部分用小 Transformer 做的事）；命中率换算成 TTFT、吞吐或显存节省是多少：命中的 token 省掉的是 prefill 计算，但注意力开销随位置增长，token 命中率不等于时间节省比例；真实请求流下命中率是多少。服务级别的数字需要 serving 基准测试（例如 vLLM 的 `vllm bench serve`）。
 # - **没有实现：** decode 阶段新生成的满块也登记进缓存（vLLM 会这样做，多轮对话的命中率会更高）；全部命中时仍要重算最后一块（vLLM）或最后一个 token（SGLang，页大小为 1 时）以得到 logits（第四部分的 TODO 15 实现了 vLLM 的规则）；LoRA / 多模态的额外哈希键；抢占（preemption）时的块回收；KV 在 GPU、CPU、磁盘之间的分层卸载。
 
@@ -1036,7 +1036,7 @@ del _show_eviction_policies
 # 2. 缓存里登记了一个 48 token 的 prompt A（`block_size=16`，3 个满块）。新 prompt 与 A 只在第 20 个 token 上不同，其余 47 个 token 完全相同。`match` 返回几个块？第 3 块的 token 与 A 的第 3 块一模一样，为什么也不命中？
 # 3. 请求 A（3 个满块）结束后，池子满了，新请求需要 1 个新块。哪个块被淘汰？如果 `release` 按从头到尾的顺序入队，会淘汰哪个块，之后 A 的前缀还能命中几块？
 # 4. TODO 12 里，算“最多能腾出几个块”时为什么要减去命中块中引用计数为 0 的那些？举一个不减就会出错的例子。
-# 5. 3.5 节里 `system-prompt` 负载在 512 块时命中率就到顶了，而“不淘汰所需块数”大得多。多出来的块存的是什么？如果把每个请求问题部分的长度加倍（`system_prompt_trace(rng, tail_len=(32, 384))`），命中率的顶和到顶所需的容量各会怎样变？先猜，再在新的一格里用 `simulate` 验证。
+# 5. 3.4 节里 `system-prompt` 负载在 512 块时命中率就到顶了，而“不淘汰所需块数”大得多。多出来的块存的是什么？如果把每个请求问题部分的长度加倍（`system_prompt_trace(rng, tail_len=(32, 384))`），命中率的顶和到顶所需的容量各会怎样变？先猜，再在新的一格里用 `simulate` 验证。
 
 # %% [markdown] tags=["solutions-only"]
 # #### 练习解答（第三部分）
