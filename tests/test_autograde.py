@@ -54,7 +54,7 @@ def feedback_failures(batch, student_id):
 
 def visible_cell_failed(batch, student_id) -> bool:
     """Whether any visible check cell (core: `run_visible_test(`; parts two and three:
-    `run_visible_checks(`) shows a failure."""
+    `run_visible_checks(`) shows a failure: an error, or a printed line that starts with ❌."""
     page = (batch["report"] / "feedback" / f"{student_id}.html").read_text(encoding="utf-8")
     cells = [
         c
@@ -62,7 +62,9 @@ def visible_cell_failed(batch, student_id) -> bool:
         if "run_visible_test(" in c or "run_visible_checks(" in c
     ]
     assert cells, "no visible test cell on the feedback page"
-    return any(FAILURE.search(cell) for cell in cells)
+    # part three's visible cell (optional) reports a failure as ❌ lines without raising
+    printed_failure = re.compile(r"<pre>[^<]*^❌", re.M)
+    return any(FAILURE.search(cell) or printed_failure.search(cell) for cell in cells)
 
 
 def test_reference_solution_scores_full_marks_on_every_cell(graded_batch):

@@ -57,8 +57,8 @@ def run_code_cells(edits=(), last_todo=None):
     """Run the reference's code cells (grade and measurement cells left out) with `edits` applied.
 
     With `last_todo`, stop at the first grade cell of a later TODO (the core's mistakes need
-    no torch model). Returns the namespace and the grade ids of the cells that raised: a
-    visible test cell that raises has caught the mistake. Each edit's old text must occur once.
+    no torch model). Returns the namespace and the grade ids of the cells that raised or printed
+    a ❌ line: a visible test cell that does either has caught the mistake. Each edit's old text must occur once.
     """
     nb = copy.deepcopy(SOURCE)
     cells = []
@@ -78,11 +78,16 @@ def run_code_cells(edits=(), last_todo=None):
     namespace, raised = {"__name__": "__main__"}, []
     for cell in cells:
         code = "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith("%"))
+        printed = io.StringIO()
         try:
-            with redirect_stdout(io.StringIO()):
+            with redirect_stdout(printed):
                 exec(compile(code, "<cell>", "exec"), namespace)
         except Exception:
             raised.append(nbgrader_meta(cell).get("grade_id", ""))
+        else:
+            # part three's visible cell (optional) reports a failure as ❌ lines without raising
+            if any(line.startswith("❌") for line in printed.getvalue().splitlines()):
+                raised.append(nbgrader_meta(cell).get("grade_id", ""))
     return namespace, raised
 
 

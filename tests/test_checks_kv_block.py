@@ -11,7 +11,9 @@ broken by a wrong TODO names that TODO.
 import copy
 import io
 from contextlib import redirect_stdout
+from pathlib import Path
 
+import nbformat
 import pytest
 
 from grader.kit.authoring.checkcells import total_points
@@ -23,6 +25,9 @@ from grader.kit.authoring.nbsource import (
     read_source,
     strip_solution_markers,
 )
+from grader.kit.intake.normalize import normalize_submission
+from grader.kit.paths import STUDENT_NOTEBOOK
+from tests.conftest import read_nb
 from tests.fixtures.mistakes_block import MISTAKES as BLOCK_MISTAKES
 from tests.fixtures.mistakes_kv import MISTAKES as KV_MISTAKES
 
@@ -43,6 +48,7 @@ NEEDED = (
     "kv_tiny_model",
     "todo9_chunked_prefill",
     "todo10_kv_prefix_cache",
+    "block_pool_given",
     "block_prefix_cache",
     "block_simulator",
 )
@@ -185,3 +191,36 @@ def test_a_simulation_broken_by_a_wrong_todo_names_that_todo(name, todo):
     with pytest.raises(RuntimeError, match=todo) as caught:
         simulate_system_prompts(ns)
     assert "块池只有" not in str(caught.value)
+
+
+# --- a part-three answer submitted in the layout before BlockPool became a locked cell ---------
+
+BEFORE_SPLIT = Path(__file__).parent / "fixtures" / "block_cell_before_split.py"
+BLOCK_CELLS = ("block_pool_given", "block_prefix_cache")
+
+
+def test_an_answer_in_the_layout_before_the_split_still_grades_in_full():
+    """Until BlockPool moved into a locked cell ("block_pool_given"), the answer cell held the whole
+    class. Such a notebook, normalised against today's release, gets the given cell back in front of
+    its own, keeps its own class (which defines everything again), and earns every TODO 11-14 point."""
+    release = read_nb(STUDENT_NOTEBOOK)
+    submitted = copy.deepcopy(release)
+    submitted.cells = [c for c in submitted.cells if c.get("id") != "block_pool_given"]
+    answer = next(c for c in submitted.cells if nbgrader_meta(c).get("grade_id") == BLOCK_CELLS[1])
+    answer.source = BEFORE_SPLIT.read_text(encoding="utf-8")
+    normalized = normalize_submission(nbformat.writes(submitted).encode(), release).notebook
+    ids = [nbgrader_meta(c).get("grade_id") for c in normalized.cells]
+    assert ids.index(BLOCK_CELLS[0]) + 1 == ids.index(BLOCK_CELLS[1]), (
+        "the given cell is not back in place"
+    )
+    cells = {nbgrader_meta(c).get("grade_id"): c for c in normalized.cells}
+    assert cells[BLOCK_CELLS[1]].source == answer.source, "the learner's class was not kept"
+    ns = {"__name__": "__main__"}
+    for grade_id in BLOCK_CELLS:
+        exec(compile(cells[grade_id].source, f"<{grade_id}>", "exec"), ns)
+    assert ns["BlockPrefixCache"].__mro__[1] is object, "the old class should stand alone"
+    block_ids = {grade_id for todo, grade_id, _, _, _ in CELLS if todo in range(11, 15)}
+    lost = {
+        grade_id: message for grade_id, message in failures(ns).items() if grade_id in block_ids
+    }
+    assert not lost, lost

@@ -1,5 +1,5 @@
 # %% [markdown]
-# #### 4.6　模拟：分块预填充到底换来了什么
+# ### 4.6　模拟：分块预填充到底换来了什么
 #
 # 前面几节证明了调度器“排得对”。这一节问它“排得好不好”：同一串请求，token 预算取 256 还是 8192、开不开前缀缓存、先 decode 还是先 prefill，用户看到的 TTFT 和 TBT 差多少。我们没有 GPU 集群，所以分三步：
 #
@@ -443,7 +443,7 @@ def serving_result_or_none(run):
 
 
 # %% [markdown]
-# ##### 步时模型（一）：在你的 CPU 上量出来
+# #### 步时模型（一）：在你的 CPU 上量出来
 #
 # 下面的单元格给第二部分的 `TinyCausalLM`（这次宽一点：`d = 128`、2 层、4 个头）计时：对 4 种 token 数 `n` × 3 种已有上下文 `P`，先建好 `P` 个 token 的 KV，再计时“带着它新算 `n` 个 token”的一次前向。12 个点轮流各跑 5 遍（每一遍按固定种子打乱顺序，让机器状态的漂移对每个点一样），表里是中位数和最小–最大。然后用最小二乘（`torch.linalg.lstsq`，按相对误差加权）拟合 `t ≈ a + b·N_tok + c·W`，“拟合”一列是模型的预测，“残差”是预测相对中位数差了多少。
 #
@@ -544,7 +544,7 @@ if plt is not None:
     plt.show()
 
 # %% [markdown]
-# ##### 步时模型（二）：规格表上的 roofline
+# #### 步时模型（二）：规格表上的 roofline
 #
 # 一个 decoder-only 模型的一步，GPU 至少要做两件事：把全部权重从显存读一遍（还有每个请求自己的 KV），以及做完这一步的乘加。设权重 `B_w` 字节、每个 token 乘 `N` 个参数（`2N` 次运算）、显存带宽 `BW`、峰值算力 `F`，一步 `N_tok` 个 token：
 #
@@ -559,7 +559,7 @@ if plt is not None:
 # 每步固定开销对这一节很要紧：没有它，把一个 prompt 切成 512 的块与一次算完**一样快**（上表 `t0 = 0` 两行都是 1.00×）。Sarathi-Serve 的 artifact 量过分块的开销（`osdi-experiments/figure-9/chunking-overhead.csv`）：那是 Yi-34B、两张 A100 80GB PCIe 张量并行，不是一张卡上的 8B 模型；2k、4k、8k token 的 prompt 分成 512 的块要 1.12–1.19 倍的时间，1024 的块 1.11–1.20 倍，2048 的块 0.94–1.02 倍；16k 的 prompt 分块反而更快（块 2048 时 0.81 倍）。我们给 roofline 加一个每步固定开销 `t0`，取 `t0 = 5 ms` 时上表后两行是 1.14–1.16× 与 1.00–1.03×，落在那张表块 512 与块 2048 两列的范围里。**`t0` 是一个自由参数，照着那张表的两列挑出来的，不是测出来的，也不说明我们的模型复现了那张表**（它给不出 16k 时分块更快）；下面的模拟两种都跑：`t0 = 5 ms` 作为主结果，`t0 = 0`（纯 roofline）作为对照。你的 CPU 上量出的 `a`（上面第一张表下面印出了它相当于多少个 token 的线性层时间）是同一类东西在小模型上的样子。
 
 # %% [markdown]
-# ##### 负载与模拟
+# #### 负载与模拟
 #
 # `poisson_workload(seed=34)`：180 个请求，泊松到达，平均每秒 10 个；85% 是短请求（4 段 1,024 token 的共享 system prompt 之一 + 16–256 token 的问题），15% 是 3,000–6,000 token 的长文档（不和别人共享）；每个请求生成 32–256 个 token。`max_num_seqs = 64`、`block_size = 16`，前缀缓存默认打开（`HashPrefixCache`：像 vLLM 一样只登记满块；不限容量）。
 #
@@ -683,7 +683,7 @@ else:
 # - **离线 benchmark**（180 个请求同时到达，只看全部跑完要多久）：预算 128 用了 23.5 s，512 用了 15.1 s，8192 用了 16.8 s（5 个种子都是 128 最慢、比 512 慢 30% 以上，512 比 8192 先跑完）。预算低于“拐点 + 正在 decode 的请求数”（这里约 160 + 64）时，每一步都是带宽受限的小步，权重读得比算得多，吞吐掉三分之一。512 反而比 8192 快约 10%，是 roofline 的理想化造成的：它假设同一步里读权重和做运算完全重叠，decode 塞进 prefill 块里真的不要钱（Sarathi 说的 piggybacking）；真实 kernel 在几百个 token 时达不到峰值，这个优势会缩小甚至反过来。
 
 # %% [markdown]
-# ##### 前缀缓存：命中多少，TTFT 降多少
+# #### 前缀缓存：命中多少，TTFT 降多少
 #
 # 同一个种子、同样的到达时刻和长度，只改“共享多少”：短请求的 system prompt 从 4 段共享、32 段、128 段，到每个请求各不相同；再加一行**热缓存**——同一串请求连着跑第二遍，缓存里留着第一遍登记的块（用固定种子的 benchmark 重复跑，就是这种情况）。预算 2048，A100 · Llama-3-8B，roofline + 每步 5 ms。
 
@@ -737,33 +737,42 @@ else:
 # %% [markdown]
 # **怎么读。** 只改“共享多少”，其余完全相同：命中的 prompt token 从 0% 到 50%，TTFT p50 从 659 ms 降到 55 ms（32 段共享命中 41%，115 ms；128 段 20%，321 ms；5 个种子里都是命中越多 TTFT 越低）。“各不相同”这一行就是关掉缓存时的结果：缓存开着却没有可复用的前缀，调度与关掉缓存一步不差（编写本章时的测试逐步核对过这一点），真正要算的 prompt token 从 15.0 万翻到 30.2 万。TBT 几乎不动：前缀缓存省的是 prefill，不是 decode。热缓存的第二遍命中 99%，TTFT p50 23 ms、p99 31 ms，真正算的 prompt token 只有 1,533 个——每个请求只剩最后一块要算（TODO 15 的“最多到 `num_tokens - 1`、按整块取整”）。
 #
-# ##### 用户最常问的四个问题
+# #### 用户最常问的四个问题
 #
 # 1. **预算怎么选？** 从 TBT 目标倒推：一步被填满时的时长约为 `t0 + 预算 × 每 token 的运算时间`，取不超过 TBT 目标的最大预算，再看 TTFT 够不够。在上面的 A100 · 8B 模型里，TBT p99 目标 50 ms 对应 512 到 1024 之间，100 ms 左右对应 2048。预算不要低于“拐点 + 常驻的 decode 数”，否则每一步都是带宽受限的小步（离线表里 128 的那一行）。这些数只对这个模型成立，真机上要用 vLLM 自带的 benchmark 扫一遍。
 # 2. **为什么打开分块以后离线 benchmark 变慢了？** 离线只看吞吐，TBT 不重要；小预算让一步算的 token 少、步数多，每一步的固定开销和权重读取都要重新付一遍。vLLM 的维护者对这类问题的回答是：分块不会提高离线吞吐，预算在 inter-token latency 允许的范围内开大。在我们的模型里，预算 128 比 512 慢了一半多；512 和 8192 之间的差别方向取决于 roofline 没有的 kernel 效率，要在真机上量。
 # 3. **为什么一个长 prompt 会卡住短请求？** 有两种卡法。一是 generation stall：不分块（或 prefill 优先）时，正在生成的请求要等整个长 prefill 的那一步（第一张图右边）；分块让每一步不超过预算，这一种就没了。二是排队：running 里的请求先排，一个先到的长 prompt 在它的 prefill 做完之前每一步都先拿预算，后到的短请求的 TTFT 就要等它——分块并不消除这一种；vLLM 的 `long_prefill_token_threshold`（TODO 16）限制一个请求一步最多拿多少，给后面的请求留出预算，这里没有模拟。
 # 4. **为什么热缓存会让 benchmark 好看？** 用固定种子的 benchmark 在同一个服务上跑第二遍，prompt 和第一遍一样，缓存里全是它们的块：上表最后一行，TTFT p50 从 55 ms 变成 23 ms，量到的是缓存，不是模型。要比较两个配置，每次从冷缓存开始（重启服务），或者换种子、确认两边的命中率相同。
 #
-# ##### 证据边界：这一节证明了什么，没证明什么
+# #### 证据边界：这一节证明了什么，没证明什么
 #
 # - **实测了：** 你的 CPU 上这个小模型一步的耗时（中位数和最小–最大），以及 `a + b·N_tok + c·W` 拟合得多好（残差一栏，表下印出了残差的中位数和最大值）。在这台 CPU、这个小模型、上下文不超过 1,536 个 token 的范围里，“固定开销 + 每 token + 注意力”能描述大多数点；残差到几十个百分点的点说明三项不够用（例如小模型在长上下文上的内存开销），更长的上下文这里没有量。它不说明 GPU 上的数字。
 # - **模拟出来的（不是测量）：** 在一个规格表 roofline（加一个为对上 Sarathi 的分块开销而假设的每步 5 ms）下，你的调度器排出的 TTFT、TBT 怎样随预算、前缀缓存和调度策略变化。模拟能回答调度层面的问题：谁先谁后、哪一步有多少 token、生成停顿从哪里来、前缀缓存省下多少 prefill、一个预算对应多大的 TBT；它还逐步核对了你的调度器的每一条不变量。
 # - **只有真 GPU 能回答的：** 绝对的毫秒数；矩阵乘和注意力 kernel 在不同 token 数下离峰值有多远（roofline 假设一过拐点就满速）；同一步里读权重与运算能重叠多少；真实的每步开销（调度、准备输入、采样、CUDA graph 能省多少）；KV 放不放得下、什么时候抢占；张量并行的通信。Sarathi-Serve 的 2.6×（Mistral-7B，一张 A100）和最高 3.7×（Yi-34B，两张 A100）是在 P99 TBT 目标下比较“服务容量”（满足目标的最大请求率）得来的真机数字；我们没有量容量，也不能用这个模拟去复现它们。
 
 # %% [markdown]
-# #### 4.7　这一章之外：引擎还做了什么
+# ### 4.7　这一章之外：引擎还做了什么
 #
 # 前面的调度器和前缀缓存都只在一个引擎里。真实部署还多做了几件事，下面每一条都出自引擎自己的源码或文档（版本会变，读之前先看你用的版本）。
 #
-# - **块一块一块地变得可共享。** 第二、三部分是“整个前缀算完再登记”。vLLM 在调度一个请求的这一步时，`kv_cache_manager.allocate_slots` 就调用 `cache_blocks`，把这一步会填满的满块登记进缓存，设计文档 `docs/design/prefix_caching.md` 说这样“同一批里的其他请求也能复用这个块”；SGLang 每算完一块，就用 `cache_unfinished_req` 把已算好的前缀插进基数树，下一块接着复用。4.6 节的模拟每步结束时登记这一步算完的满块，和 SGLang 的时刻一样。
-# - **同一批里共享的前缀只算一次。** 一阵同时到达、共用一段还没缓存的前缀的请求，如果一起接纳，这段前缀会被算好几遍。SGLang 的 `schedule_policy.py` 在按缓存排序的策略下（`--schedule-policy lpm` 等；较新版本的默认策略是 `fcfs`，不做这一步）检查等待队列：一个请求在缓存里命中的前缀不超过 `IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`（默认 32 个 token）时，再拿它去和队列里排在它前面的请求比；共享的部分达到 `IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD`（默认 32）时，这一轮把它挪到队尾，等前面那个请求把前缀算完、登记进树，它再来命中。等待队列超过 128 个请求时，这种按前缀排序整个关掉，改回先来先服务（排序本身太贵）。
-# - **前缀跨副本复用：路由。** 一个模型常常跑在好几个副本（replica）上，每个副本有自己的 KV 缓存。前面的请求在哪个副本算过，后面的请求就该去哪个副本，否则缓存再大也命中不了——生产环境的命中率很大程度上是在路由这一层决定的。SGLang 的 router 默认策略 `cache_aware`（`sgl-router/src/policies/cache_aware.rs`）：路由器给每个副本记一棵近似的前缀树（按请求的文本字符记，不问副本的真实缓存）；负载不均衡时（在途请求最多与最少的副本相差超过 `balance_abs_threshold` **并且**最多的超过最少的 `balance_rel_threshold` 倍）发给在途请求最少的副本；否则找前缀匹配最长的副本，匹配的比例超过 `cache_threshold` 就发给它，不超过就发给前缀树最小的副本。默认值在 `policies/mod.rs`：`cache_threshold = 0.5`、`balance_abs_threshold = 32`、`balance_rel_threshold = 1.1`，前缀树每 30 秒按 LRU 修剪到 `max_tree_size`。vLLM 的 production-stack 路由器有 `prefixaware`（按最长前缀，源码注释说它假设缓存不淘汰）和 `kvaware`（问 LMCache 的控制器哪个实例存着这段 KV）两种；llm-d 的调度器（EPP）对每个候选副本先过滤、再用前缀缓存命中、队列长度等打分，挑分数最高的。
+# - **块一块一块地变得可共享。** 第二、三部分是“整个前缀算完再登记”。vLLM 在调度一个请求的这一步时，`kv_cache_manager.allocate_slots` 就调用 `cache_blocks`，把这一步会填满的满块登记进缓存，设计文档 `docs/design/prefix_caching.md` 说这样“同一批里的其他请求也能复用这个块”；SGLang 每算完一块，就把已算好的前缀插进基数树（0.4.6 与 0.5.x 里是 `cache_unfinished_req`），下一块接着复用。4.6 节的模拟每步结束时登记这一步算完的满块，和 SGLang 的时刻一样。
+# - **同一批里共享的前缀只算一次。** 一阵同时到达、共用一段还没缓存的前缀的请求，如果一起接纳，这段前缀会被算好几遍。SGLang（0.4.6 与 0.5.x 的 `schedule_policy.py`）在按缓存排序的策略下（`--schedule-policy lpm` 等；较新版本的默认策略是 `fcfs`，不做这一步）检查等待队列：一个请求在缓存里命中的前缀不超过 `IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`（默认 32 个 token）时，再拿它去和队列里排在它前面的请求比；共享的部分达到 `IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD`（默认 32）时，这一轮把它挪到队尾，等前面那个请求把前缀算完、登记进树，它再来命中。等待队列超过 128 个请求时，这种按前缀排序整个关掉，改回先来先服务（排序本身太贵）。
+# - **前缀跨副本复用：路由。** 一个模型常常跑在好几个副本（replica）上，每个副本有自己的 KV 缓存。前面的请求在哪个副本算过，后面的请求就该去哪个副本，否则缓存再大也命中不了——生产环境的命中率很大程度上是在路由这一层决定的。SGLang 的 router 默认策略 `cache_aware`：路由器给每个副本记一棵近似的前缀树（按请求的文本字符记，不问副本的真实缓存）；负载不均衡时（在途请求最多与最少的副本相差超过 `balance_abs_threshold` **并且**最多的超过最少的 `balance_rel_threshold` 倍）发给在途请求最少的副本；否则找前缀匹配最长的副本，匹配的比例超过 `cache_threshold` 就发给它，不超过就发给前缀树最小的副本。三个阈值的默认值有两套，见下面的深入。vLLM 的 production-stack 路由器有 `prefixaware`（按最长前缀，源码注释说它假设缓存不淘汰）和 `kvaware`（问 LMCache 的控制器哪个实例存着这段 KV）两种；llm-d 的调度器（EPP）对每个候选副本先过滤、再用前缀缓存命中、队列长度等打分，挑分数最高的。
 # - **缓存不止放在显存里：卸载。** 显存放不下的 KV 可以放到主机内存、本地盘或远端存储，再被别的请求（甚至别的实例）取回来，比重算便宜时就划算。vLLM 通过 KV connector 接入 LMCache（`LMCacheConnectorV1`，用 `--kv-transfer-config` 打开）；SGLang 的 HiCache（`--enable-hierarchical-cache`）把基数树延伸到主机内存，还可以接外部存储。
+#
+# <details><summary>深入：SGLang router 的两套默认阈值</summary>
+#
+# - **Rust 库自己的默认值**（`sgl-router/src/policies/mod.rs` 的 `CacheAwareConfig::default()`）：`cache_threshold = 0.5`、`balance_abs_threshold = 32`、`balance_rel_threshold = 1.1`，每 30 秒（`eviction_interval_secs`）按 LRU 把近似前缀树修剪到 `max_tree_size = 10000`。只有直接在 Rust 里构造策略、不给配置时才用到它们。
+# - **启动一个 router 时的默认值**：Python 启动器 `sglang_router`（`py_src/sglang_router/router_args.py` 的 `RouterArgs`）和命令行 `sgl-router`（`src/main.rs` 的 `CliArgs`）都是 `cache_threshold = 0.3`、`balance_abs_threshold = 64`、`balance_rel_threshold = 1.5`、`max_tree_size = 2**26`；修剪间隔在我们读的版本里是 120 秒（`RouterArgs` 的较早版本是 60 秒）。一个按文档启动的 router 用的是这一套。
+#
+# 下面的模拟用的是 Rust 库那一套（0.5 / 32 / 1.1）。换成启动器那一套（0.3 / 64 / 1.5），种子 34 的结果一步不差：每段对话第一轮的匹配比例两套阈值下都超过阈值，在途请求数的差也两套阈值下都到不了。以上读自 sgl-project/sglang 的 `sgl-router/`（2025 年下半年的版本；这些文件后来随 router 改名 sgl-model-gateway 而搬家）。
+#
+# </details>
 #
 # 下面用 4.6 节的模拟器把路由这一条变得具体：4 个副本，每个都是**你的** `Scheduler` 加一份自己的 `HashPrefixCache`，前面放一个路由器。负载是多轮对话：每段对话以两段共享 system prompt 之一开头，第 `k` 轮的 prompt 是第 `k − 1` 轮的 prompt 再加上新的 token（上一轮的回答和这一轮的问题），所以同一段对话的下一轮只有回到同一个副本才能命中它自己的历史。两种路由：
 #
 # - **round robin**：第 `i` 个请求发给第 `i mod 4` 个副本。
-# - **cache_aware**：上面 SGLang router 的规则和默认阈值，只有一处不同：近似前缀树按 16 个 token 的块记（用 `HashPrefixCache`），不按字符记。负载 = 发给这个副本、还没结束的请求数。
+# - **cache_aware**：上面 SGLang router 的规则和 Rust 库的默认阈值（0.5 / 32 / 1.1），只有一处不同：近似前缀树按 16 个 token 的块记（用 `HashPrefixCache`），不按字符记。负载 = 发给这个副本、还没结束的请求数。
 #
 # 步时仍是 A100 · Llama-3-8B 的 roofline 加每步 5 ms，预算 2048，前缀缓存不限容量（所以 round robin 的副本迟早也会缓存两段 system prompt，差别只在对话自己的历史）。这一格不到一秒。
 
@@ -858,7 +867,7 @@ def simulate_replicas(workload, step_seconds, router, num_replicas, max_num_batc
     return merged, [len(run.order) for run in runs]
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "sched_measure_routing", "locked": true, "schema_version": 3, "solution": false, "task": false}
-#@title 模拟：4 个副本，round robin 对 cache_aware（SGLang router 的默认阈值），多轮对话，预算 2048
+#@title 模拟：4 个副本，round robin 对 cache_aware（SGLang router 的 Rust 库默认阈值），多轮对话，预算 2048
 routing_workload = conversation_workload(seed=34)
 routing_step = roofline_step_model("A100", "Llama-3-8B", step_overhead=0.005)
 print(f"负载：{len(routing_workload)} 个请求（60 段对话 × 4 轮），{routing_workload[-1][0]:.1f} s 内到达；"
@@ -909,3 +918,30 @@ else:
 # 再看“各副本的请求数”一栏：cache_aware 把全部请求只发给了 2 个副本，另外 2 个一个请求也没收到。原因就在规则里：每段对话第一轮的 prompt 大部分是 system prompt，匹配比例超过 0.5，于是同一段 system prompt 的对话全都跟着第一个收到它的副本走；只有在途请求数相差超过 32（`balance_abs_threshold`）时才会改发给空闲的副本，这里的负载远远到不了。负载轻时这没什么坏处（上表里它的 TTFT 还更低）；负载重时，两个副本排长队、另两个闲着，TTFT 就会变差，直到负载均衡那一条被触发。阈值怎么设，是“命中率”和“负载均衡”之间的取舍，要用自己的流量去量。
 #
 # 这个模拟不管的：每个副本的 KV 容量（缓存不限容量、不淘汰；真实的副本里，挤在一个副本上的对话会互相淘汰对方的块）、路由器的近似树与副本真实缓存的偏差（原版按字符记、定期修剪）、请求在网络上的时间，以及 4.6 节证据边界里说的全部 GPU 细节。
+
+# %% [markdown]
+# ### 小结
+#
+# - vLLM v1 的调度没有 prefill 阶段和 decode 阶段：每个请求只有 `num_computed_tokens` 和 `num_tokens`，调度器每一步用一个 token 预算让前者追上后者；先按接纳顺序排 running，再按到达顺序接纳 waiting。
+# - 前缀缓存命中的 token 直接算作已计算，永远不被调度、不占预算；命中封顶在 `num_tokens - 1`、按整块取整，所以完整命中要重算最后一块，比一块短的共享前缀不命中。
+# - 分块预填充让一步的时长不超过“预算 × 每 token 的代价”：预算小，TBT 好；预算大，TTFT 好（取决于每步的固定开销）；不分块或 prefill 优先会造成 generation stall。
+# - 命中率不只是缓存自己的事：多副本时，请求被路由到哪里决定了它能不能命中自己的历史。
+#
+# ### 练习
+#
+# 下面的问题不计分，答案在答案版 notebook 里。可以用 `scheduler_in_state` 和 `request_in_state` 摆出状态，再调用 `schedule()` 验证你的答案。
+#
+# 1. 预算 512。running 里依次是一个 decode 请求 `a` 和一个 prefill 做了一半的 `b`（500 个 token 的 prompt，已算 200 个）；waiting 里有一个 400 token 的新请求 `c`。这一步各给几个 token？
+# 2. `block_size=16`，一个 64 token 的 prompt 整个在缓存里。`num_cached_tokens` 返回多少？这一步要重算几个 token？换成 `block_size=1`（像 SGLang 的默认页大小）呢？
+# 3. 预算 2048。running 里先是一个刚被接纳、还剩 3,000 个 prompt token 的长请求，后面是 10 个 decode；waiting 里有一个 100 token 的新请求。`long_prefill_token_threshold` 为 0 和为 256 时，这一步分别怎样分配？这说明了 4.6 节“用户最常问的问题”里的哪一种卡法？
+# 4. 4.6 节的模拟里，prefill 优先（SGLang 默认）在同样的预算下 TBT p99 高得多，TTFT p50 却没有一致地更好。用“一步里读一遍权重”的 roofline 解释为什么。
+# 5. 4.7 节的 cache_aware 把全部请求只发给了 2 个副本。请求率翻几倍、在途请求数差到多少时负载均衡那一条才会触发？触发之前 TTFT 会怎样变化？
+
+# %% [markdown] tags=["solutions-only"]
+# #### 练习解答（第四部分）
+#
+# 1. `{"a": 1, "b": 300, "c": 211}`：running 先排，`a` 欠 1 个、`b` 欠 300 个，都给满；剩下 211 个给新请求 `c` 的第一块。
+# 2. `min(64, 63) = 63`，向下取整到 16 的倍数是 48，这一步重算最后一整块 16 个 token。`block_size=1` 时返回 63，只重算 1 个 token。
+# 3. threshold 为 0：`{"long": 2048}`，长请求排在 running 最前面，一步拿走整个预算，10 个 decode 和新请求这一步一个 token 也没有。threshold 为 256：长请求只拿 256 个，10 个 decode 各 1 个，新请求拿到它的全部 100 个。这就是第二种卡法（排队）：分块本身不让 decode 跳到先被接纳的长 prefill 前面，threshold 才给后面的请求留出预算。
+# 4. 一步只有 prefill 时，decode 没法搭便车：等 prefill 步跑完，decode 还要单独成步，每一步都再读一遍全部权重（带宽受限的小步）。正在生成的请求在每个 prefill 步都要等，所以 TBT p99 高；新请求的 prefill 虽然先跑，但 decode 步和 prefill 步轮流占用时间，排队并没有变短，TTFT 有时略好、有时更差。
+# 5. 负载均衡要求在途请求最多与最少的副本相差超过 32 **并且**最多的超过最少的 1.1 倍（Rust 库的默认；启动器是 64 和 1.5 倍）。两个空闲副本的在途数是 0，所以第二个条件总成立，关键是第一个：热的副本上要同时有 33 个以上还没结束的请求。在那之前，两个副本排队越来越长、另两个闲着，TTFT 随请求率上升得比 round robin 快；触发之后新请求被发给空闲副本，那里没有它的历史，命中率下降。

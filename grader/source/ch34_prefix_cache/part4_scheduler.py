@@ -1,9 +1,15 @@
 # %% [markdown]
 # ## 第四部分（{{points:sched}}）：调度器——分块预填充与前缀缓存在同一步里相遇
 #
+# **学完这一部分，你能：**
+#
+# - 说清 vLLM v1 调度器的**一步**（step）怎样用一个 **token 预算**（token budget）同时安排 decode 和 prefill，以及**分块预填充**（chunked prefill）为什么让 decode 不再被长 prompt 卡住；
+# - 实现命中前缀的取整规则（TODO 15）和调度器的四个方法（TODO 16–19），并在小模型上验证：切成什么样的块，算出的结果都与一次算完相同；
+# - 读懂一次离散事件模拟：预算大小怎样在 **TTFT** 和 **TBT** 之间取舍，前缀缓存省下多少 prefill，路由怎样决定跨副本的命中率。
+#
 # 前三部分各管一件事：第一、三部分记账（哪些前缀已经算过），第二部分证明分块算出的 logits 与一次算完相同。真实的推理服务里，这两件事由同一个部件安排：**调度器**。它每一步（step，一次模型前向）决定“这一步给哪些请求各算几个 token”。这一部分你来写 vLLM v1 调度器的核心，用 vLLM 自己的名字。
 #
-# #### 4.1　几个词
+# ### 4.1　几个词
 #
 # - **一步（step）**：调度器选好一批 token，模型做一次前向。一步里可以同时有正在 decode 的请求（每个只差 1 个 token）和正在 prefill 的请求（差一大段 prompt）。
 # - **token 预算（token budget）**：每一步最多处理多少个 token，vLLM 叫 `max_num_batched_tokens`。decode 的 token 和 prefill 的 token **共用**这一个预算。
@@ -14,12 +20,12 @@
 # **“分块”现在有两种意思。** 第二部分的 `chunk_size` 是一个固定的块大小，只为了说明分块后结果不变、注意力分数变小；这里的“块”不是固定大小：一个 prefill 在一步里拿到多少 token，取决于这一步的预算被 decode 用掉多少、排在它前面的请求又拿走多少。`block_size` 在这一部分回到第三部分的意思：KV 块（页）的大小，前缀缓存以整块为单位命中。
 
 # %% [markdown]
-# #### 4.2　vLLM v1 的一步
+# ### 4.2　vLLM v1 的一步
 #
 # `vllm/v1/core/sched/scheduler.py` 的 `Scheduler.schedule` 开头有一段注释，说它**没有** prefill 阶段和 decode 阶段：每个请求只有两个数，`num_computed_tokens`（已经算好 KV 的 token 数）和 `num_tokens`（prompt 加上已经生成的 token），调度器每一步给请求分配 token，让前者追上后者。分块预填充、前缀缓存、投机解码都是这一条规则的特例。一步之内的顺序是：
 #
 # 1. `token_budget = max_num_batched_tokens`。
-# 2. **先排正在运行的请求**（`self.running`，按进入的先后）。每个请求欠 `num_tokens - num_computed_tokens` 个 token：decode 欠 1 个，prefill 做了一半的欠剩下的 prompt。`long_prefill_token_threshold` 大于 0 时，一步最多给一个请求这么多（vLLM 0.33 的默认是 0，即不限；默认值随版本变：2025 年的一些版本在 `max_num_partial_prefills > 1` 时把 0 自动换成 `max_model_len` 的 4%，0.33 已经没有这个选项。vLLM 0.33 里，这一步只有一个请求——running 加 waiting 共 1 个——时不设这个上限，没有别的请求会被它饿着）；再不能超过剩下的预算。欠 0 个的请求跳过；预算用完就停。
+# 2. **先排正在运行的请求**（`self.running`，按进入的先后）。每个请求欠 `num_tokens - num_computed_tokens` 个 token：decode 欠 1 个，prefill 做了一半的欠剩下的 prompt。`long_prefill_token_threshold` 大于 0 时，一步最多给一个请求这么多（vLLM 0.33 的默认是 0，即不限；这一步只有一个请求时也不设上限，因为没有别的请求会被它饿着）；再不能超过剩下的预算。欠 0 个的请求跳过；预算用完就停。
 # 3. **再从等待队列按到达顺序接纳新请求**（先来先服务），直到预算用完，或者运行中的请求已经有 `max_num_seqs` 个。新请求先查前缀缓存（`kv_cache_manager.get_computed_blocks`）：命中的 token 直接算作 `num_computed_tokens`，**永远不会被调度**，只有没命中的后缀参与分块——这正是第一部分 `chunked_suffix_prefill_plan` 的想法，只是块的大小由预算决定。
 # 4. 每个被调度的请求把 `num_computed_tokens` 加上这一步给它的数（`_update_after_schedule`），所以做了一半的 prefill 下一步接着做。
 # 5. 模型前向之后，`update_from_output` 把采样出的 token 交给**已经追上**的请求；这一步只算了 prompt 一部分的请求不产生 token（模型那边会丢掉它的采样结果）。生成够 `max_tokens` 个的请求结束、离开 running。
@@ -28,7 +34,17 @@
 #
 # **KV 不够时。** 上面第 2 步里，vLLM 为每个请求调用 `kv_cache_manager.allocate_slots` 申请新的 KV 块；申请不到时，它把 running 里**最后进入**的请求抢占（preempt）：释放它的块、`num_computed_tokens` 归零、放回等待队列的最前面，以后从头重算（命中的前缀可以再次命中）。这一步只要有抢占，就不再接纳新请求；等待的请求要整个序列都放得下才被接纳（0.33.0 的默认，第五部分细说）。本节的调度器不管 KV 容量，也就没有抢占。
 #
-# **SGLang 不一样。** SGLang 也只对没命中的 token 收预算（`extend_input_len = len(fill_ids) - len(prefix_indices)`），但它默认**先跑 prefill 批**：`get_next_batch_to_run` 只要能组出 prefill 批就先跑它，decode 等下一步；`--chunked-prefill-size` 是一个 prefill 批的分块预算；此外 `--max-prefill-tokens`（默认 16384）也限制一个 prefill 批的 token 数（帮助文字说实际上限取它和模型最大上下文长度中较大的一个）。只有打开 `--enable-mixed-chunk`，prefill 块和 decode 才在同一步里，而且先扣 decode 的 token。所以同一个长 prompt，在 SGLang 默认设置下会让正在 decode 的请求停顿几步，在 vLLM v1 里不会。4.6 节用模拟看这一点（不是在 GPU 上测）。
+# **SGLang 不一样。** SGLang 也只对没命中的 token 收预算，但它默认**先跑 prefill 批**：只要能组出一个 prefill 批就先跑它，decode 等下一步；只有打开 `--enable-mixed-chunk`，prefill 块和 decode 才在同一步里，而且先扣 decode 的 token。所以同一个长 prompt，在 SGLang 默认设置下会让正在 decode 的请求停顿几步，在 vLLM v1 里不会。4.6 节用模拟看这一点（不是在 GPU 上测）。
+#
+# <details><summary>深入：SGLang 里对应的名字（读自 SGLang 0.4.6 与 0.5.x 的源码）</summary>
+#
+# - 收预算的 token 数：`extend_input_len = len(fill_ids) - len(prefix_indices)`（`schedule_batch.py`），即没命中的部分。
+# - 先跑 prefill：`Scheduler.get_next_batch_to_run` 里“能组出 prefill 批就先跑它”。
+# - `--chunked-prefill-size` 是一个 prefill 批的分块预算（`PrefillAdder.rem_chunk_tokens`）；`--max-prefill-tokens`（默认 16384）也限制一个 prefill 批的 token 数，帮助文字说实际上限取它和模型最大上下文长度中较大的一个。
+#
+# 这些名字在新版本里可能改了：读你用的版本的 `python/sglang/srt/managers/` 时，先按上面的行为找对应的代码。
+#
+# </details>
 
 # %% nbgrader={"grade": false, "grade_id": "sched_request", "locked": true, "schema_version": 3, "solution": false, "task": false}
 from collections import deque
@@ -92,21 +108,23 @@ class BlockCacheAdapter:
         return len(self.block_cache.match(list(token_ids))) * self.block_cache.block_size
 
 # %% [markdown]
-# **本部分的规则对应 vLLM 0.33.0（2026 年 11 月）。** 这不只是引用：本课程仓库里的 `make engine-diff`（在仓库里运行，不在这个 notebook 里；结果记在仓库的 docs/engine-diff.md）把本部分的参考调度器和 vLLM 0.33.0 自己的 `Scheduler`、`KVCacheManager` 放在 CPU 上跑（模型输出是假的），在 240 条随机轨迹、31,764 步上逐步比较——每一步调度了谁、按什么顺序、各几个 token，新请求从 `get_computed_blocks` 得到的命中长度——全部相同（2026-12-04）。引擎改得很快，读别的版本的源码时会遇到下面这些差别（每一行都在那个版本的源码里查过）：
+# **本部分的规则对应 vLLM 0.33.0（2026 年 11 月）。** 编写本章时我们把本部分的参考调度器和 vLLM 0.33.0 自己的 `Scheduler`、`KVCacheManager` 放在 CPU 上跑（模型输出是假的），在 240 条随机轨迹、31,764 步上逐步比较：每一步调度了谁、按什么顺序、各几个 token，新请求从 `get_computed_blocks` 得到的命中长度，全部相同（2026-12-04）。引擎改得很快，读别的版本的源码时会遇到差别，见下面的深入。
 #
-# | vLLM 版本 | 与本部分不同的地方 | 在哪里 |
-# |---|---|---|
-# | 0.7.3 及以前 | 默认引擎是 V0（`VLLM_USE_V1` 默认 0，更早的版本还没有 V1），调度器是另一套，本部分的规则不适用 | `vllm/envs.py`、`vllm/core/scheduler.py` |
-# | 0.8.0–0.10.x | V1 成为默认引擎，V0 还在：V1 不支持的设置会退回 V0；0.11.0 删掉了 V0 | `vllm/engine/arg_utils.py` |
-# | 0.8.0–0.8.2 | V1 调度器还没有 `long_prefill_token_threshold`（0.8.3 起有） | V1 的 `Scheduler.schedule` |
-# | 0.8.x | 完整命中时的写法不同：块对齐的 prompt 去掉最后一块再查；0.9.0 起命中封顶到 `num_tokens - 1`。两种写法命中长度相同 | `kv_cache_manager.py`（0.8.0 在调度器里） |
-# | 0.7.3–0.26.x | `max_num_partial_prefills > 1` 时，为 0 的 threshold 被设成 `max_model_len` 的 4%；但 V1 不接受这个设置，所以 V1 里默认仍是 0。0.27.0 删掉了这个选项 | `SchedulerConfig` |
-# | 0.8.3–0.30.x | threshold 大于 0 时，即使只有一个请求，它也被切成 threshold 大小的块 | `Scheduler.schedule` |
-# | 0.31.0 起 | 只有一个请求（running 加 waiting 共 1 个）时不设上限；新增 `long_prefill_token_threshold_adaptive`（默认关，打开时上限至少是 `max_num_batched_tokens` 除以请求数） | `vllm/config/scheduler.py`、`Scheduler.schedule` |
-# | 0.34.0 | 新增 `cache_aware_admission_window`（默认 0：严格按到达顺序接纳；打开后，窗口里前缀已缓存的请求可以先被接纳） | `vllm/config/scheduler.py` |
+# <details><summary>深入：别的 vLLM 版本与本部分不同的地方</summary>
+#
+# - **0.7.3 及以前**：默认引擎是 V0（`vllm/envs.py` 里 `VLLM_USE_V1` 默认 0；更早的版本还没有 V1），调度器是另一套（`vllm/core/scheduler.py`），本部分的规则不适用。
+# - **0.8.0–0.10.x**：V1 成为默认引擎（0.8.0 的 `VLLM_USE_V1` 默认 1），V0 还在，V1 不支持的设置会退回 V0（`vllm/engine/arg_utils.py`）；0.11.0 删掉了 V0。
+# - **0.8.0–0.8.2**：V1 调度器（0.8.0 里是 `vllm/v1/core/scheduler.py`）还没有 `long_prefill_token_threshold`；0.8.0 的 `_is_v1_supported_oracle` 遇到非默认的 threshold 或 `max_num_partial_prefills` 就退回 V0。0.8.3 起 V1 支持 threshold。
+# - **完整命中的写法**：0.8.0 由调度器处理，块对齐的 prompt 全部命中时（要算的 token 为 0）退回最后一整块重算（`Scheduler.schedule`，注释说 `allocate_slots` 要求 `num_computed_tokens` 是块大小的倍数）；之后的 0.8.x 在 `kv_cache_manager.py` 里去掉最后一块再查；0.9.0 起把命中封顶到 `num_tokens - 1`。三种写法得到的命中长度相同。
+# - **4 % 的默认上限**：0.8.0 的 `SchedulerConfig`（`vllm/config.py`）在 `max_num_partial_prefills > 1` 时把为 0 的 threshold 换成 `int(max_model_len * 0.04)`；同一版本的 V1 不接受 `max_num_partial_prefills > 1`（退回 V0），所以 V1 里默认仍是 0。0.33 已没有 `max_num_partial_prefills`。
+# - **0.8.3–0.30.x**：threshold 大于 0 时，即使只有一个请求，它也被切成 threshold 大小的块（`Scheduler.schedule`）。
+# - **0.31.0 起**：只有一个请求（running 加 waiting 共 1 个）时不设上限；新增 `long_prefill_token_threshold_adaptive`（默认关，打开时上限至少是 `max_num_batched_tokens` 除以请求数；`vllm/config/scheduler.py`）。
+# - **0.34.0**：新增 `cache_aware_admission_window`（默认 0：严格按到达顺序接纳；打开后，窗口里前缀已缓存的请求可以先被接纳；`vllm/config/scheduler.py`）。
+#
+# </details>
 
 # %% [markdown]
-# #### 4.3　TODO 15：前缀命中了多少，从哪里开始算
+# ### 4.3　TODO 15：前缀命中了多少，从哪里开始算
 #
 # 新请求进来时，调度器问前缀缓存：“这个 prompt 开头有多少个 token 的 KV 已经有了？”`prefix_cache` 可以是任何有 `match_prefix(token_ids) -> int` 的对象：第一部分的 `PrefixCacheManager` 就是；第三部分的 `BlockPrefixCache` 套上上面的 `BlockCacheAdapter` 也是；`None` 表示不用前缀缓存。
 #
@@ -136,7 +154,7 @@ def num_cached_tokens(prefix_cache, token_ids, block_size) -> int:
     ### END SOLUTION
 
 # %% [markdown]
-# #### 4.4　TODO 16–19：`Scheduler`
+# ### 4.4　TODO 16–19：`Scheduler`
 #
 # 构造函数、`add_request` 和 `schedule` 已经写好：`schedule` 先定下这一步的 `self.long_prefill_token_threshold`（构造时给的值；只有一个请求时为 0），再用 `_schedule_running` 排正在运行的请求，再用 `_schedule_waiting` 接纳新请求，最后把每个被调度请求的 `num_computed_tokens` 加上它这一步拿到的 token 数。你来写四个方法：
 #
@@ -528,7 +546,7 @@ run_visible_checks(VISIBLE_SCHED_CHECKS)
 
 
 # %% [markdown]
-# #### 自动评分单元格：TODO 15–19（共 30 分）
+# ### 自动评分单元格：TODO 15–19
 #
 # 每格检查一个 TODO 的一个方面，分值写在第一行。评分时只有被检查的那个 TODO 用你的代码，调度器的其他 TODO（以及 TODO 15 的命中规则）换成参考实现，所以一处错误只扣它自己那个 TODO 的分。随机轨迹的检查在上百个种子固定的场景里逐步比较：每步调度了谁、各几个 token，每个请求的 `num_computed_tokens` 和输出。
 
@@ -536,7 +554,7 @@ run_visible_checks(VISIBLE_SCHED_CHECKS)
 #| checks: sched.py
 
 # %% [markdown]
-# #### 4.5　在小模型上跑一遍：调度器切出的块，算出的结果与一次算完相同
+# ### 4.5　在小模型上跑一遍：调度器切出的块，算出的结果与一次算完相同
 #
 # 到这里调度器只是在记账。下面把它接到第二部分的 `TinyCausalLM` 上：每一步按 `schedule()` 的结果，给每个被调度的请求把它这一步的 token（从 `num_computed_tokens` 前进之前的位置开始）送进模型，带上这个请求自己的 KV，算完把 KV 留给它的下一块；命中前缀的请求，第一块接着缓存里那段前缀的 KV 算。每个追上的请求取最后一行 logits 的 argmax 作为采样结果，交给 `update_from_output`。
 #

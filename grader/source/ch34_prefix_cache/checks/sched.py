@@ -14,7 +14,7 @@ from collections import deque
 # What the learner writes for each TODO; the other TODOs' methods are the oracle's.
 UNDER_TEST = {15: "num_cached_tokens", 16: "_num_new_tokens", 17: "_schedule_running"}
 UNDER_TEST.update({18: "_schedule_waiting", 19: "update_from_output"})
-TOTAL_POINTS = {15: 6, 16: 4, 17: 7, 18: 8, 19: 5}  # each TODO's points, shared by its checks
+TOTAL_POINTS = {15: 8, 16: 6, 17: 11, 18: 15, 19: 10}  # each TODO's points, shared by its checks
 
 
 # ---- the oracle: vLLM v1's step, as part four states it ----
@@ -263,7 +263,7 @@ def _snapshot(sched):
 # ---- TODO 15: the hit rule ----
 
 
-@check(points=3, title="按整块命中", says="命中长度向下取整到 block_size 的倍数，短于一块的前缀不命中")
+@check(points=4, title="按整块命中", says="命中长度向下取整到 block_size 的倍数，短于一块的前缀不命中")
 def check_todo15_blocks(ns):
     """Hits round down to whole blocks, a prefix shorter than one block never hits, hits span blocks."""
     f = ns["num_cached_tokens"]
@@ -281,7 +281,7 @@ def check_todo15_blocks(ns):
         )
 
 
-@check(points=2, title="完整命中", says="最多到 num_tokens - 1，再按块取整")
+@check(points=3, title="完整命中", says="最多到 num_tokens - 1，再按块取整")
 def check_todo15_full_hit(ns):
     """A fully cached prompt is capped at num_tokens - 1, then rounded to blocks."""
     f = ns["num_cached_tokens"]
@@ -321,7 +321,7 @@ def check_todo15_no_cache(ns):
 # ---- TODO 16: how many tokens a request gets ----
 
 
-@check(points=2, title="欠多少给多少", says="decode 欠 1 个，prefill 欠剩下的 prompt，不超过预算")
+@check(points=3, title="欠多少给多少", says="decode 欠 1 个，prefill 欠剩下的 prompt，不超过预算")
 def check_todo16_owed(ns):
     """A decode owes 1, a partial prefill the rest of its prompt, both capped by the budget."""
     with _Isolated(ns, 16) as cls:
@@ -341,7 +341,7 @@ def check_todo16_owed(ns):
         )
 
 
-@check(points=2, title="threshold", says="long_prefill_token_threshold：大于 0 时封顶，0 表示不限")
+@check(points=3, title="threshold", says="long_prefill_token_threshold：大于 0 时封顶，0 表示不限")
 def check_todo16_threshold(ns):
     """A threshold above 0 caps a request's tokens in one step; 0 means no cap."""
     with _Isolated(ns, 16) as cls:
@@ -366,7 +366,7 @@ def check_todo16_threshold(ns):
 # ---- TODO 17: the running requests ----
 
 
-@check(points=2, title="先 decode", says="先排 running：decode 各扣 1 个预算，做了一半的 prefill 接着做，按接纳顺序")
+@check(points=3, title="先 decode", says="先排 running：decode 各扣 1 个预算，做了一半的 prefill 接着做，按接纳顺序")
 def check_todo17_decodes_first(ns):
     """Running requests are served before new ones, in admission order, a decode charged one token."""
     with _Isolated(ns, 17) as cls:
@@ -393,7 +393,7 @@ def check_todo17_decodes_first(ns):
         )
 
 
-@check(points=1, title="预算", says="总数不超过预算，每个数都是正整数，预算用完就停")
+@check(points=2, title="预算", says="总数不超过预算，每个数都是正整数，预算用完就停")
 def check_todo17_budget(ns):
     """The running requests never take more than the budget, stop at zero, and skip those owed nothing."""
     with _Isolated(ns, 17) as cls:
@@ -416,7 +416,7 @@ def check_todo17_budget(ns):
         )
 
 
-@check(points=1, title="随机轨迹", says="逐步与参考实现比较")
+@check(points=2, title="随机轨迹", says="逐步与参考实现比较")
 def check_todo17_random(ns):
     """Seeded random traces, step by step against the oracle."""
     _compare_with_oracle(ns, 17, seed=3470)
@@ -437,7 +437,7 @@ def _running_called(ns, cls, running, token_budget, max_num_batched_tokens=100):
     return list(out.num_scheduled_tokens.items()), left
 
 
-@check(points=2, title="单独调用：顺序", says="按 running 的顺序记账，欠 0 个的跳过（continue）且不记 0，不把 decode 挪到前面")
+@check(points=3, title="单独调用：顺序", says="按 running 的顺序记账，欠 0 个的跳过（continue）且不记 0，不把 decode 挪到前面")
 def check_todo17_in_order(ns):
     """_schedule_running on hand-built states: admission order kept (a partial prefill admitted
     before the decodes is served first), a request owed nothing skipped without ending the loop
@@ -487,7 +487,7 @@ def check_todo17_budget_argument(ns):
 # ---- TODO 18: admitting waiting requests ----
 
 
-@check(points=2, title="先来先服务", says="按到达顺序接纳，运行中的请求不超过 max_num_seqs")
+@check(points=3, title="先来先服务", says="按到达顺序接纳，运行中的请求不超过 max_num_seqs")
 def check_todo18_fcfs(ns):
     """Waiting requests are admitted in arrival order, never beyond max_num_seqs running."""
     with _Isolated(ns, 18) as cls:
@@ -507,7 +507,7 @@ def check_todo18_fcfs(ns):
         )
 
 
-@check(points=2, title="命中的前缀不调度", says="命中的 token 不调度，也不扣预算；完整命中重算最后一块")
+@check(points=4, title="命中的前缀不调度", says="命中的 token 不调度，也不扣预算；完整命中重算最后一块")
 def check_todo18_prefix_hit(ns):
     """A new request starts at its block-aligned hit; cached tokens are never scheduled, even when
     the hit is longer than one step's budget."""
@@ -533,7 +533,7 @@ def check_todo18_prefix_hit(ns):
         )
 
 
-@check(points=1, title="固定例子", says="预算 1024、三个 800 token 的请求 → 800、224、0")
+@check(points=2, title="固定例子", says="预算 1024、三个 800 token 的请求 → 800、224、0")
 def check_todo18_fixed_vector(ns):
     """A budget of 1024 and three new 800-token prompts schedule 800, 224 and nothing."""
     with _Isolated(ns, 18) as cls:
@@ -550,14 +550,14 @@ def check_todo18_fixed_vector(ns):
         )
 
 
-@check(points=1, title="随机轨迹", says="随机轨迹（共享前缀）：逐步与参考实现比较")
+@check(points=2, title="随机轨迹", says="随机轨迹（共享前缀）：逐步与参考实现比较")
 def check_todo18_random(ns):
     """Seeded random traces with shared prefixes, step by step against the oracle."""
     _compare_with_oracle(ns, 18, seed=3480)
 
 
 
-@check(points=2, title="单独调用：出队", says="接纳的请求从 waiting 队头取出、按顺序放进 running 末尾，只花参数 token_budget")
+@check(points=4, title="单独调用：出队", says="接纳的请求从 waiting 队头取出、按顺序放进 running 末尾，只花参数 token_budget")
 def check_todo18_hand_built(ns):
     """_schedule_waiting on hand-built states: admitted requests leave the waiting queue (popleft)
     and join the end of running in order; the token_budget argument is what it spends; the
@@ -591,7 +591,7 @@ def check_todo18_hand_built(ns):
 # ---- TODO 19: after the step ----
 
 
-@check(points=2, title="追上才采样", says="prefill 中途不产生 token")
+@check(points=4, title="追上才采样", says="prefill 中途不产生 token")
 def check_todo19_catch_up(ns):
     """A request still in prefill samples nothing; one that caught up takes its token."""
     with _Isolated(ns, 19) as cls:
@@ -619,7 +619,7 @@ def check_todo19_catch_up(ns):
         )
 
 
-@check(points=1, title="结束", says="生成够 max_tokens 个就结束，让出 max_num_seqs 的名额")
+@check(points=2, title="结束", says="生成够 max_tokens 个就结束，让出 max_num_seqs 的名额")
 def check_todo19_finish(ns):
     """A request with max_tokens outputs leaves the scheduler and frees its max_num_seqs slot."""
     with _Isolated(ns, 19) as cls:
@@ -636,14 +636,14 @@ def check_todo19_finish(ns):
         assert _step(sched) == {}, "TODO 19: 结束的请求不应再被调度"
 
 
-@check(points=1, title="随机轨迹", says="输出与状态逐步与参考实现比较")
+@check(points=2, title="随机轨迹", says="输出与状态逐步与参考实现比较")
 def check_todo19_random(ns):
     """Seeded random traces, outputs and states step by step against the oracle."""
     _compare_with_oracle(ns, 19, seed=3490, what="采样或结束")
 
 
 
-@check(points=1, title="单独调用：移出", says="结束的请求离开 running 和 requests，其余不动；不改 num_computed_tokens")
+@check(points=2, title="单独调用：移出", says="结束的请求离开 running 和 requests，其余不动；不改 num_computed_tokens")
 def check_todo19_hand_built(ns):
     """update_from_output on a hand-built state: the finished request leaves self.running and
     self.requests, the others stay in order, and no num_computed_tokens changes."""

@@ -7,7 +7,7 @@ oracle that rebuilds each registered block's whole prefix from the parent_key ch
 
 TODO = "TODO 11"
 UNDER_TEST = "match"  # what the learner writes; every other TODO's code is the oracle
-TOTAL_POINTS = {11: 10}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {11: 13}  # the TODO's points, shared by its checks
 
 
 def _content_match(c, tokens):
@@ -97,7 +97,7 @@ def _check(c, tokens, what):
     assert _same_ints(again, expected), f"{TODO} [{label}]: 同一个查询 match({tokens}) 第二次返回 {again}，第一次是 {expected}"
 
 
-@check(points=3, title="基本", says="从第一块起逐块命中，部分命中、不满一块的尾巴、空 prompt、错位的 prompt")
+@check(points=4, title="基本", says="从第一块起逐块命中，部分命中、不满一块的尾巴、空 prompt、错位的 prompt")
 def check_todo11_basic(ns):
     """Whole and partial hits from the first block on; the partial tail, an empty prompt and a shifted prompt miss."""
     Cache, _, _ = _classes(ns)
@@ -120,7 +120,7 @@ def check_todo11_basic(ns):
     assert _same_ints(got, first), f"{TODO}: match(list(range(1, 11))) 应返回 acquire 得到的块 {first}，得到 {got}"
 
 
-@check(points=2, title="哈希链", says="token 相同、位置不同的块只靠 key 链区分")
+@check(points=3, title="哈希链", says="token 相同、位置不同的块只靠 key 链区分")
 def check_todo11_chain(ns):
     """Equal blocks at different positions: only the key chain (parent key + tokens) tells them apart."""
     Cache, _, _ = _classes(ns)
@@ -138,7 +138,7 @@ def check_todo11_chain(ns):
         _check(c, tokens, what)
 
 
-@check(points=3, title="碰撞", says="强制哈希碰撞：key 相同但 parent_key 或 token_ids 不同，不算命中")
+@check(points=4, title="碰撞", says="强制哈希碰撞：key 相同但 parent_key 或 token_ids 不同，不算命中")
 def check_todo11_collisions(ns):
     """Forced hash collisions: a block whose key matches but whose parent_key or token_ids differ is no hit."""
     _, Collide, Constant = _classes(ns)

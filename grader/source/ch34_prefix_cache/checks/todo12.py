@@ -7,7 +7,7 @@ is compared with what a correct acquire leaves.
 
 TODO = "TODO 12"
 UNDER_TEST = "acquire"  # what the learner writes; every other TODO's code is the oracle
-TOTAL_POINTS = {12: 14}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {12: 20}  # the TODO's points, shared by its checks
 
 
 def _iso(ns):
@@ -172,7 +172,7 @@ def _check_granted(c, tokens, s):
     return ids
 
 
-@check(points=3, title="基本", says="只为满块分配、先用空闲块、新块登记进缓存、同一 prompt 再来全部命中、统计记一次")
+@check(points=4, title="基本", says="只为满块分配、先用空闲块、新块登记进缓存、同一 prompt 再来全部命中、统计记一次")
 def check_todo12_basic(ns):
     """Full blocks only, free blocks first, new blocks registered, a repeated prompt hits, stats recorded once."""
     Iso, _ = _iso(ns)
@@ -185,7 +185,7 @@ def check_todo12_basic(ns):
     _check_acquire(c, list(range(1, 5)) + [7, 7, 7, 7])
 
 
-@check(points=3, title="引用计数", says="共享前缀的块每个持有者 +1；命中可淘汰的块时把它移出可淘汰队列")
+@check(points=4, title="引用计数", says="共享前缀的块每个持有者 +1；命中可淘汰的块时把它移出可淘汰队列")
 def check_todo12_refcounts(ns):
     """Shared prefixes: each holder adds one reference; a hit on a released block takes it out of the evictable queue."""
     Iso, _ = _iso(ns)
@@ -197,7 +197,7 @@ def check_todo12_refcounts(ns):
     _check_acquire(c, [1, 2, 3, 4, 5, 6, 9, 9])
 
 
-@check(points=3, title="命中块不被淘汰", says="没有空闲块时按 LRU 淘汰，命中的块即使排在队首也不淘汰")
+@check(points=4, title="命中块不被淘汰", says="没有空闲块时按 LRU 淘汰，命中的块即使排在队首也不淘汰")
 def check_todo12_hit_blocks_protected(ns):
     """With no free block left, LRU eviction takes the oldest evictable block, never one this request hits."""
     Iso, _ = _iso(ns)
@@ -211,7 +211,7 @@ def check_todo12_hit_blocks_protected(ns):
     _check_acquire(c, [1, 1, 2, 2, 8, 8])  # 命中 A 的两块，淘汰最久未用的 B 尾
 
 
-@check(points=3, title="块不够", says="腾不出足够的块时抛 CacheFullError，且引用、队列、索引、统计都不变")
+@check(points=5, title="块不够", says="腾不出足够的块时抛 CacheFullError，且引用、队列、索引、统计都不变")
 def check_todo12_cache_full(ns):
     """Too few blocks: CacheFullError, and nothing changes (references, queues, index, statistics)."""
     Iso, _ = _iso(ns)
@@ -224,7 +224,7 @@ def check_todo12_cache_full(ns):
     _check_acquire(c, list(range(1, 9)) + [9, 9])  # 命中 4 块，还要 1 块，没有别的可淘汰块
 
 
-@check(points=2, title="随机序列", says="随机请求序列（含频繁哈希碰撞）中每次 acquire 之后的完整状态")
+@check(points=3, title="随机序列", says="随机请求序列（含频繁哈希碰撞）中每次 acquire 之后的完整状态")
 def check_todo12_random(ns):
     """Random request sequences, with the real hash and with one of 3 values: every acquire leaves the right state."""
     Iso, IsoCollide = _iso(ns)

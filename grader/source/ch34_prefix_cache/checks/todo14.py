@@ -6,7 +6,7 @@ so a mistake in TODO 11-13 costs TODO 14 nothing.
 
 TODO = "TODO 14"
 UNDER_TEST = "_record_query"  # what the learner writes; every other TODO's code is the oracle
-TOTAL_POINTS = {14: 6}  # the TODO's points, shared by its checks
+TOTAL_POINTS = {14: 7}  # the TODO's points, shared by its checks
 
 
 def _stats(c):
@@ -29,7 +29,7 @@ def _record(c, tokens, hits):
     return label, tuple(a - b for a, b in zip(after, before))
 
 
-@check(points=2, title="命中 token", says="命中 token 数 = 命中块数 × block_size")
+@check(points=3, title="命中 token", says="命中 token 数 = 命中块数 × block_size")
 def check_todo14_hit_tokens(ns):
     """num_hit_tokens grows by the tokens the hit blocks hold (blocks x block_size), not by the number of blocks."""
     Cache, _, _ = _classes(ns)
