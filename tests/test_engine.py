@@ -264,9 +264,9 @@ def test_each_engine_todo_cell_holds_its_todo_method_and_little_else():
         code = strip_solution_markers(cells[grade_id].source)
         defined = [ln for ln in code.splitlines() if ln.lstrip().startswith("def ")]
         assert len(defined) == 1, f"{grade_id} defines {defined}"
-    for given in ("engine_block_pool_given", "engine_kv_cache_manager_given", "engine_scheduler_given", "engine_llm_engine_given"):
-        meta = nbgrader_meta(cells[given])
-        assert meta["locked"] and not meta.get("solution") and cells[given].source.startswith("#@title ")
+    for given_id in ("engine_block_pool_given", "engine_kv_cache_manager_given", "engine_scheduler_given", "engine_llm_engine_given"):
+        meta = nbgrader_meta(cells[given_id])
+        assert meta["locked"] and not meta.get("solution") and cells[given_id].source.startswith("#@title ")
 
 
 def test_a_notebook_handed_in_from_the_previous_layout_grades_in_full():
