@@ -31,7 +31,7 @@ class Limits:
     # `derived_time_limits(checkcells.time_boxes())`, written out so the command line starts
     # without reading the source (test_faults_hang checks that they are still what it derives).
     cell_timeout_s: int = 109
-    notebook_timeout_s: int = 995
+    notebook_timeout_s: int = 1075
     # The kernel's address space (torch alone maps about 1.5 GiB), and the memory the whole
     # submission may use (a memory cgroup: grader, kernel and all it starts).
     memory_bytes: int = 6 << 30
