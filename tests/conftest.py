@@ -303,11 +303,12 @@ def todos_of_edit(solutions):
     cells = [cell for cell in solutions.cells if nbgrader_meta(cell).get("solution")]
 
     def todos(old: str) -> set[int]:
-        cell = next(cell for cell in cells if old in cell.source)
+        # a cell's source ends without the newline its last line had in the source file
+        cell = next(cell for cell in cells if old in cell.source + "\n")
         named = re.match(r"todo(\d+)_", nbgrader_meta(cell)["grade_id"])
         if named:
             return {int(named.group(1))}
-        above = re.findall(r"TODO (\d+)", cell.source[: cell.source.index(old) + len(old)])
+        above = re.findall(r"TODO (\d+)", (cell.source + "\n")[: (cell.source + "\n").index(old) + len(old)])
         return (
             {int(above[-1])} if above else {int(n) for n in re.findall(r"TODO (\d+)", cell.source)}
         )

@@ -42,7 +42,9 @@ def filled_submission(release, solutions, edits=()) -> nbformat.NotebookNode:
     nb = copy.deepcopy(release)
     answer_cells = [cell for cell in nb.cells if nbgrader_meta(cell).get("solution")]
     for cell in answer_cells:
-        cell.source = reference[nbgrader_meta(cell)["grade_id"]]
+        # A cell keeps the newline of its last line, so an edit may end with it (jupytext
+        # writes a cell's source without the final newline).
+        cell.source = reference[nbgrader_meta(cell)["grade_id"]].rstrip("\n") + "\n"
     for old, new in edits:
         places = [cell for cell in answer_cells if old in cell.source]
         count = sum(cell.source.count(old) for cell in places)
