@@ -141,6 +141,7 @@ def test_no_process_a_submission_started_outlives_its_grading(attacked):
     )
 
 
+@pytest.mark.heavy  # the attacks graded once more, unsandboxed (about 65 s); make test grades them sandboxed
 def test_nothing_outlives_grading_without_the_sandbox_either(unsandboxed_batch):
     # No PID namespace here: the kernel (jupyter_client starts it in a session of its own) and a
     # detached process both escape the kill of the grader's process group at the notebook limit.

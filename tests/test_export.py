@@ -290,11 +290,26 @@ def test_pdf_has_no_blank_page(exported):
     assert len(pages) > 20 and blank == [], blank
 
 
+def first_printed_words(markdown: str) -> str:
+    """The first words a box prints, as pdftotext reads them: no markup, no list bullet, a table's
+    first cell (pdftotext may lay a table's columns out in any order), white space removed."""
+    for line in re.sub(r"<[^>]+>", "", markdown).splitlines():
+        line = re.sub(r"^\s*(?:[-*+]|\d+\.)\s+", "", line.strip())
+        if line.startswith("|"):
+            line = next((cell for cell in line.split("|") if cell.strip()), "")
+            if re.fullmatch(r"[\s:-]*", line):
+                continue
+        words = re.sub(r"[`*\s]", "", line)
+        if words:
+            return words[:12]
+    return ""
+
+
 def test_printed_hints_are_open_and_legible(exported):
     """Every folded box (hints, 深入) prints open, in type as large as the prose around it."""
     nb = nbformat.read(REPO_ROOT / SOLUTIONS_NOTEBOOK, as_version=4)
     bodies = [
-        re.sub(r"<[^>]+>|[`*\s]", "", body)[:12]
+        first_printed_words(body)
         for cell in nb.cells
         if cell.cell_type == "markdown"
         for body in re.findall(r"</summary>(.*?)</details>", cell.source, flags=re.DOTALL)

@@ -106,17 +106,21 @@ def test_ctrl_c_with_the_output_piped_through_tee_keeps_the_work_and_the_resume_
 ):
     """`make autograde ... 2>&1 | tee log`, Ctrl-C: SIGINT to the grader and to tee, whose end
     of the pipe is then gone when the grader prints its next line."""
-    report = tmp_path / "report"
-    grader = subprocess.Popen(command(clean, report), cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, process_group=0)  # fmt: skip
-    log = tmp_path / "log"
-    with open(log, "wb") as out:
-        tee = subprocess.Popen(["tee"], stdin=grader.stdout, stdout=out, process_group=grader.pid)
-    grader.stdout.close()  # tee holds the only reading end
-    wait_until(lambda: "[  1/3]" in log.read_text(errors="replace"), grader, "first graded")
-    os.killpg(grader.pid, signal.SIGINT)  # Ctrl-C at the terminal: the whole process group
-    assert grader.wait(timeout=300) == 130
-    tee.wait(timeout=60)
+    for attempt in range(3):
+        report, log = tmp_path / f"report{attempt}", tmp_path / f"log{attempt}"
+        grader = subprocess.Popen(command(clean, report), cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, process_group=0)  # fmt: skip
+        with open(log, "wb") as out:
+            tee = subprocess.Popen(["tee"], stdin=grader.stdout, stdout=out, process_group=grader.pid)
+        grader.stdout.close()  # tee holds the only reading end
+        wait_until(lambda: "[  1/3]" in log.read_text(errors="replace"), grader, "first graded")
+        os.killpg(grader.pid, signal.SIGINT)  # Ctrl-C at the terminal: the whole process group
+        code = grader.wait(timeout=300)
+        tee.wait(timeout=60)
+        if code == 0 and "[  3/3]" in log.read_text(errors="replace"):
+            continue  # the run had graded everyone before the signal came (a stalled test process)
+        break
+    assert code == 130, f"exit {code} after Ctrl-C"
     assert "Traceback" not in log.read_text(errors="replace")
     graded = kept_records(report)
     assert 1 <= graded < 3
@@ -125,6 +129,7 @@ def test_ctrl_c_with_the_output_piped_through_tee_keeps_the_work_and_the_resume_
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # each interruption test costs about 60 s; Ctrl-C through tee stays in make test
 def test_sigterm_after_the_reader_of_the_output_went_away_keeps_the_work(clean, tmp_path):
     """`... | head -n 3`: head has read its lines and gone before the grader's first progress
     line; a job scheduler's SIGTERM later still ends like Ctrl-C."""
@@ -143,6 +148,7 @@ def test_sigterm_after_the_reader_of_the_output_went_away_keeps_the_work(clean, 
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_run_killed_with_sigkill_resumes_from_the_submissions_it_had_finished(clean, tmp_path):
     """No handler runs for `kill -9`: each outcome was saved when its submission finished."""
     report = tmp_path / "report"

@@ -181,8 +181,9 @@ def as_a_pod_runs(manifest: str, env: dict, index: int | None = None):
 
 @pytest.fixture(scope="module")
 def examples_sharded(fresh_build, tmp_path_factory):
-    """The bundled examples graded in one run and in two shards by the command line, with a
-    merge tried before shard 1 has run."""
+    """The bundled examples graded in one run and in two shards, with a merge tried before shard 1
+    has run: shard 0 and that merge by the command line, shard 1 and the last merge by the commands
+    of the Kubernetes Jobs (deploy/k8s/), as their pods run them."""
     root = tmp_path_factory.mktemp("sharded-examples")
     course = fresh_build / "build" / "grading-course"
     export = root / "export"
@@ -196,8 +197,10 @@ def examples_sharded(fresh_build, tmp_path_factory):
         first = autograde(export, shards[0], course, 1, ["--shard", "0/2"])[0]
         lacking = merge(root / "report", *shards, course=course)
         lacking.wrote = sorted(p.name for p in (root / "report").glob("*"))
-        second = autograde(export, shards[1], course, 1, ["--shard", "1/2"])[0]
-        merged = merge(root / "report", *shards, course=course)
+        pod = {"CH34_DATA": str(root), "EXPORT": "export", "ROSTER": "", "SHARDS": "2",
+               "JOBS": "1", "CH34_COURSE": str(course)}  # fmt: skip
+        second = as_a_pod_runs("grade-shards.yaml", pod, 1)
+        merged = as_a_pod_runs("merge.yaml", pod)
         single = single.result()[0]
     return {"root": root, "lacking": lacking, "runs": (single, first, second, merged),
             "export": export, "shards": shards}  # fmt: skip
@@ -254,6 +257,7 @@ def test_two_shards_merged_equal_one_run_on_the_bundled_examples(examples_sharde
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # grades the 40 again (about 190 s); make test shards the examples the same way
 def test_two_shards_of_a_40_submission_moodle_export_by_kubernetes_jobs_equal_one_run(
     batch_sharded, graded_batch
 ):

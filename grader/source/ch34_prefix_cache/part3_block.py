@@ -636,7 +636,7 @@ except NotImplementedError:
 # %% [markdown]
 # ### 自动评分单元格：TODO 11–14（选做，单独计分）
 #
-# 下面每格检查一个 TODO 的一个方面，分值写在第一行。每格只查自己的 TODO：查某个 TODO 时，其余方法换成评分代码自带的参考实现；每一步之后都检查全部不变量（`check_integrity()`）。
+# 下面每格检查一个 TODO 的一个方面，分值写在第一行。每格只查自己的 TODO：查某个 TODO 时，其余方法换成评分代码自带的参考实现；TODO 11、12、14 的检查每一步之后都检查全部不变量（`check_integrity()`）；TODO 13 的四格各看 `release` 留下的一个方面（引用计数、可淘汰队列的顺序、私有块的去向、登记是否保留），每次 `release` 之后把状态恢复成正确的 `release` 会留下的样子，一个错只扣一格。
 
 # %%
 #| checks: todo11.py

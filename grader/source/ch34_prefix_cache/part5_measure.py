@@ -288,7 +288,7 @@ def measurement_plan(model):
 # %% [markdown]
 # ##### 服务一串聊天请求：前缀缓存开与关，几种预算
 #
-# 下一格先打印负载和离线吞吐，再打印表：每一行是一种配置，TTFT、TBT 的 p50 / p99 和生成吞吐都是三遍运行的中位数 [最小, 最大]；“模拟”两列是 4.6 节的 `simulate_serving` 用这些步拟合出的步时模型给出的同一负载的结果。最后是两张图：左边是 TTFT p50，右边是 TBT p99，实测（带三遍的范围）与模拟并排。表下的结论逐条比较：每种预算下缓存开与关的 TTFT p50、TBT p50、TBT p99，以及缓存开时小预算与大预算的 TTFT p50、TBT p99。
+# 下一格先打印负载和离线吞吐，再打印两张表，每一行是一种配置。第一张是实测：TTFT、TBT 的 p50 / p99 和生成吞吐都是三遍运行的中位数 [最小, 最大]。第二张是命中的 prompt token 比例和“模拟”两列： 4.6 节的 `simulate_serving` 用这些步拟合出的步时模型给出的同一负载的结果。最后是两张图：左边是 TTFT p50，右边是 TBT p99，实测（带三遍的范围）与模拟并排。表下的结论逐条比较：每种预算下缓存开与关的 TTFT p50、TBT p50、TBT p99，以及缓存开时小预算与大预算的 TTFT p50、TBT p99。
 
 # %% tags=["measurement"] nbgrader={"grade": false, "grade_id": "engine_measure_serving", "locked": true, "schema_version": 3, "solution": false, "task": false}
 #@title 实测：你的 LLMEngine 服务一串共享 system prompt 的聊天请求（前缀缓存开 / 关 × 预算），旁边是 4.6 节的模拟
@@ -324,11 +324,13 @@ else:
         row["throughput"] = spread_text([run["throughput"] for run in runs], scale=1, digits=0)
         row["hit_share"] = runs[0]["hit_tokens"] / runs[0]["prompt_tokens"]
         serving_rows.append(row)
+    # Two tables: measured (each a median with its [min, max]) and simulated; one would not fit a printed page.
     show_table(serving_rows, [("label", "配置", "{}"), ("ttft_p50", "TTFT p50 (ms)", "{}"), ("ttft_p99", "TTFT p99 (ms)", "{}"),
-                                      ("tbt_p50", "TBT p50 (ms)", "{}"), ("tbt_p99", "TBT p99 (ms)", "{}"), ("throughput", "生成 token/s", "{}"),
-                                      ("hit_share", "命中的 prompt token", "{:.0%}"), ("sim_ttft_p50", "模拟 TTFT p50", "{}"), ("sim_tbt_p99", "模拟 TBT p99", "{}")])
+                              ("tbt_p50", "TBT p50 (ms)", "{}"), ("tbt_p99", "TBT p99 (ms)", "{}"), ("throughput", "生成 token/s", "{}")])
+    show_table(serving_rows, [("label", "配置", "{}"), ("hit_share", "命中的 prompt token", "{:.0%}"),
+                              ("sim_ttft_p50", "模拟 TTFT p50 (ms)", "{}"), ("sim_tbt_p99", "模拟 TBT p99 (ms)", "{}")])
     if serving_rows[0]["sim_ttft_p50"] == "—":
-        print("（模拟一栏是空的：先完成第四部分的 TODO 15–19。）")
+        print("（第二张表的两栏模拟是空的：先完成第四部分的 TODO 15–19。）")
     for budget in plan["budgets"]:
         for key, q in (("ttft", 50), ("tbt", 50), ("tbt", 99)):
             on, off = ([percentile(run[key], q) for run in serving_runs[(budget, c)]] for c in (True, False))
