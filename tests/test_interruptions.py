@@ -208,3 +208,29 @@ def test_a_class_graded_again_with_a_new_roster_and_a_late_file_equals_one_clean
     assert single.returncode == 0, single.stderr[-3000:]
     assert sorted(rows) == ["2024001", "2024002", "2024003"]
     assert_same_report(tmp_path / "single", tmp_path / "report")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"kept": {"a.ipynb": {"outcome": {}}}}',  # an older kit's record: no identity
+        '{"kept": {"a.ipynb": {"identity": IDENTITY, "outcome": {"student": "a"}}}}',
+        '{"kept": [1, 2]}',
+        '{"kept": {"a.ipynb": {"identity": IDE',  # cut short by a full disk
+        "[]",
+    ],
+    ids=["no-identity", "old-outcome-fields", "kept-not-a-dict", "cut-short", "not-an-object"],
+)
+def test_a_record_the_kit_cannot_read_grades_its_files_again_instead_of_failing(tmp_path, text):
+    """An unfinished.json from an older kit, or cut short, never stops the rerun: its
+    submissions are graded again (nothing already written is lost)."""
+    from grader.kit.grading.resumable import identity, left_to_grade
+    from grader.kit.intake.inventory import Submission
+
+    notebook = tmp_path / "a.ipynb"
+    notebook.write_text("{}", encoding="utf-8")
+    submission = Submission("a", notebook, "a.ipynb")
+    text = text.replace("IDENTITY", json.dumps(identity(submission)))
+    (tmp_path / UNFINISHED).write_text(text, encoding="utf-8")
+    todo, done = left_to_grade([submission], tmp_path)
+    assert (todo, done) == ([submission], [])

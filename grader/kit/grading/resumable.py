@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import sys
 from pathlib import Path
 
 from ..cluster.shard import outcome_from
@@ -45,7 +46,15 @@ def recorded(report_dir: Path) -> dict[str, dict]:
     path = report_dir / UNFINISHED
     if not path.exists():
         return {}
-    return json.loads(path.read_text(encoding="utf-8")).get("kept", {})
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8")).get("kept", {})
+    except (ValueError, AttributeError):  # cut short, or not this kit's record
+        kept = None
+    if not isinstance(kept, dict):
+        print(f"note: {path} is not a record this kit can read; its submissions are graded again",
+              file=sys.stderr)  # fmt: skip
+        return {}
+    return kept
 
 
 def identity(submission) -> dict:
@@ -64,12 +73,26 @@ def left_to_grade(submissions, report_dir: Path) -> tuple[list, list[Outcome]]:
     kept = recorded(report_dir)
     todo, done = [], []
     for submission in submissions:
-        record = kept.get(submission.source)
-        if record is not None and record["identity"] == identity(submission):
-            done.append(outcome_from(record["outcome"], report_dir / NOTEBOOKS))
+        outcome = _kept_outcome(kept.get(submission.source), submission, report_dir)
+        if outcome is not None:
+            done.append(outcome)
         else:
             todo.append(submission)
     return todo, done
+
+
+def _kept_outcome(record, submission, report_dir: Path) -> Outcome | None:
+    """The outcome `record` kept for `submission`, or None: no record, a changed file, or a record
+    an older kit wrote in another shape (graded again rather than trusted)."""
+    if not isinstance(record, dict) or record.get("identity") != identity(submission):
+        return None
+    try:
+        outcome = outcome_from(record["outcome"], report_dir / NOTEBOOKS)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if outcome.autograded and not Path(outcome.autograded).is_file():
+        return None  # its autograded notebook is gone: the page could not be written
+    return outcome
 
 
 def keep(report_dir: Path, submission, outcome: Outcome, notebook: bytes | None) -> None:
