@@ -290,3 +290,11 @@ def test_pixel_comparison_fails_on_another_figures_png(rerendered):
     other = (figures.ASSETS / "preemption.png").read_bytes()
     assert png_size(rerendered["scheduler_step"]) == png_size(other)
     assert mean_difference(rerendered["scheduler_step"], other) > 2 * TOLERANCE
+
+
+def test_screen_estimate_counts_a_figure_as_a_picture_not_its_data_address():
+    from grader.kit.publish import screens
+
+    figure = "![alt](data:image/png;base64," + "A" * 100_000 + ")"
+    assert screens.markdown_px(figure) == screens.IMAGE_PX + screens.CELL_PADDING_PX
+    assert screens.markdown_px("前文 " + figure) > screens.markdown_px(figure)
