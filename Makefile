@@ -19,7 +19,7 @@ LIMIT_FLAGS := $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT)) \
 JOBS        ?= $(shell nproc)
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: all setup sandbox export-tools export screenshots notebooks solutions examples intake autograde merge gradescope test test-fast test-heavy bench compat engine-diff lint clean distclean
+.PHONY: all setup sandbox export-tools export screenshots figures notebooks solutions examples intake autograde merge gradescope test test-fast test-heavy bench compat engine-diff lint clean distclean
 
 all: notebooks solutions examples
 
@@ -63,6 +63,12 @@ export: $(STAMP) export-tools
 # exported solutions: build/screenshots/, for a person to look at.
 screenshots: $(STAMP) export-tools export
 	$(PY) -m grader.kit.publish.screenshots --out build/screenshots
+
+# The figures' PNGs (grader/source/ch34_prefix_cache/figures/, and figures.json: the hash of the
+# SVG each was rendered from), drawn from the SVG code by headless Chromium: run after changing a
+# drawing and commit them. The build only embeds them; it refuses a PNG older than its drawing.
+figures: $(STAMP) export-tools
+	$(PY) -m grader.kit.authoring.figures.render
 
 notebooks: $(STAMP)
 	$(PY) -m grader.kit.authoring.build notebooks

@@ -5,7 +5,7 @@ Needs Debian's chromium, poppler-utils and fonts-noto-cjk (`make test` installs 
 The screenshots stay in the test's temporary folder for a person to look at.
 """
 
-import html
+import io
 import json
 import re
 import shutil
@@ -20,7 +20,7 @@ import pytest
 import websocket
 from PIL import Image
 
-from grader.kit.authoring.figures import FIGURES, data_uri
+from grader.kit.authoring.figures import ASSETS, FIGURES, data_uri
 from grader.kit.authoring.nbsource import REPO_ROOT
 from grader.kit.paths import SOLUTIONS_NOTEBOOK
 from grader.kit.publish.export import (
@@ -218,23 +218,32 @@ def test_maths_in_code_stays_code_and_dollar_amounts_stay_text():
     assert "5$ 和 10$" in converted
 
 
-def test_html_shows_each_figure_as_a_loaded_image(exported):
+def png_size(name: str) -> tuple[int, int]:
+    """The committed PNG's width and height in pixels (twice the drawing's CSS size)."""
+    return Image.open(io.BytesIO((ASSETS / f"{name}.png").read_bytes())).size
+
+
+def test_html_shows_each_figure_as_a_loaded_png(exported):
     page = (exported / HTML_NAME).read_text(encoding="utf-8")
     missing = [name for name in FIGURES if data_uri(name) not in page]
     assert missing == [], (
         f"the solutions lack {missing}: run `make solutions` after changing a figure"
     )
+    assert 'src="data:image/svg+xml' not in page, (
+        "nbconvert's own CSS has SVG icons; no figure is SVG"
+    )
     with devtools((exported / HTML_NAME).as_uri()) as call:
         shown = call(
             "Runtime.evaluate",
-            expression="[...document.images].filter(i => i.src.startsWith('data:image/svg+xml'))"
-            ".map(i => [i.alt, i.naturalWidth, Math.round(i.getBoundingClientRect().width)])",
+            expression="[...document.images].filter(i => i.src.startsWith('data:image/png'))"
+            ".map(i => [i.alt, i.naturalWidth, i.naturalHeight,"
+            " Math.round(i.getBoundingClientRect().width)])",
             returnByValue=True,
         )["result"]["value"]
-    drawn = {alt: (natural, width) for alt, natural, width in shown}
+    drawn = {alt: (natural, high, width) for alt, natural, high, width in shown}
     for name, figure in FIGURES.items():
-        natural, width = drawn[figure.alt]
-        assert natural > 500 and width > 500, (name, natural, width)
+        natural, high, width = drawn[figure.alt]
+        assert (natural, high) == png_size(name) and width > 500, (name, natural, high, width)
 
 
 def page_texts(pdf) -> list[str]:
@@ -249,19 +258,29 @@ def ink(png) -> float:
     return sum(histogram[:200]) / sum(histogram)
 
 
+def pdf_images(pdf, page: int) -> list[tuple[int, int]]:
+    """(width, height) in pixels of every picture printed on `page` (pdfimages -list)."""
+    listing = subprocess.run(
+        ["pdfimages", "-list", "-f", str(page), "-l", str(page), str(pdf)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line.split() for line in listing.splitlines()[2:]]  # two header lines
+    return [(int(row[3]), int(row[4])) for row in rows if row[2] == "image"]
+
+
 def test_pdf_prints_each_figure_on_the_page_of_its_caption(exported):
     pdf = exported / PDF_NAME
     pages = page_texts(pdf)
     for number, name in enumerate(FIGURES, 1):  # FIGURES is in the notebook's order
-        # The SVG's words print as text: the picture is drawn on its caption's page.
+        # The picture is the PNG at full resolution, on the page its caption prints on.
         caption = f"图{number}" + re.sub(r"\s+", "", FIGURES[name].caption)[:2]
-        at = [
-            k
-            for k, page in enumerate(pages)
-            if caption in page and figure_words(name) in page
-        ]
-        assert at, f"图 {number} ({name}) and {figure_words(name)} share no page"
-        page = str(at[0] + 1)
+        at = [k + 1 for k, page in enumerate(pages) if caption in page]
+        assert at, f"no page prints the caption of 图 {number} ({name})"
+        printed = [k for k in at if png_size(name) in pdf_images(pdf, k)]
+        assert printed, f"图 {number} ({name}): no {png_size(name)} picture on pages {at}"
+        page = str(printed[0])
         subprocess.run(
             ["pdftoppm", "-r", "50", "-png", "-f", page, "-l", page, str(pdf)]
             + [str(exported / f"figure-{name}")],
@@ -269,15 +288,6 @@ def test_pdf_prints_each_figure_on_the_page_of_its_caption(exported):
         )
         (png,) = exported.glob(f"figure-{name}*.png")
         assert ink(png) > 0.03, f"the page of {name} is nearly blank"
-
-
-def figure_words(name: str) -> str:
-    """The longest run of ASCII a code label (monospace) of the figure draws, white space removed:
-    `reusable_prefix=[1,2,3]`. pdftotext reads the CJK font's glyphs less faithfully (some as
-    look-alike radicals, some of its digits not at all)."""
-    labels = re.findall(r'<text [^>]*class="m"[^>]*>([^<]+)</text>', FIGURES[name].draw())
-    runs = [run for label in labels for run in re.findall(r"[ -~]+", html.unescape(label))]
-    return re.sub(r"\s+", "", max(runs, key=lambda run: len(run.strip())))
 
 
 def test_pdf_has_no_blank_page(exported):

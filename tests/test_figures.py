@@ -1,21 +1,28 @@
-"""The chapter's figures (fast tier): well-formed SVG with the example's labels, the same bytes on
-every build, each placed in the student notebook just before the code it explains.
+"""The chapter's figures: well-formed SVG with the example's labels, the same bytes on every build,
+each placed in the student notebook just before the code it explains, as the committed PNG that
+`make figures` rendered from its current drawing (fast tier); that PNG is the SVG's picture as
+Chromium draws it (slow tier: a browser).
 
 That the exported HTML and PDF show them is tests/test_export.py (it needs Chromium).
 """
 
 import base64
+import dataclasses
+import io
+import json
 import re
 import unicodedata
 import xml.etree.ElementTree as ET
 
 import nbformat
 import pytest
+from PIL import Image, ImageChops, ImageStat
 
-from grader.kit.authoring import figures
+from grader.kit.authoring import build, figures
 from grader.kit.authoring.build import source_notebook
-from grader.kit.authoring.nbsource import nbgrader_meta
+from grader.kit.authoring.nbsource import REPO_ROOT, nbgrader_meta
 from grader.kit.errors import SourceError
+from grader.kit.paths import SOLUTIONS_NOTEBOOK, STUDENT_NOTEBOOK
 
 SVG = "{http://www.w3.org/2000/svg}"
 # What each picture must say: the numbers of the example the text beside it uses.
@@ -143,9 +150,10 @@ def test_figures_are_numbered_in_order_with_a_one_line_chinese_caption(student):
         caption = source.split("\n")[-1]
         assert caption == f"**图 {number}**　{figures.FIGURES[name].caption}"
         assert re.search(r"[\u4e00-\u9fff]", caption) and "\n" not in figures.FIGURES[name].caption
-        image = re.search(r'<img src="data:image/svg\+xml;base64,([^"]+)" alt="([^"]+)"', source)
-        assert image and base64.b64decode(image.group(1)).decode() == figures.FIGURES[name].draw()
-        assert image.group(2) == figures.FIGURES[name].alt
+        image = re.search(r"!\[([^\]]+)\]\(data:image/png;base64,([^)]+)\)\n\n", source)
+        assert image and image.group(1) == figures.FIGURES[name].alt
+        png = figures.ASSETS / f"{name}.png"
+        assert base64.b64decode(image.group(2)) == png.read_bytes()
 
 
 def markdown(*sources):
@@ -172,3 +180,121 @@ def test_an_unknown_figure_is_a_source_error_naming_the_figures():
 def test_a_figure_placed_twice_is_a_source_error():
     with pytest.raises(SourceError, match="more than once"):
         figures.figure_texts(markdown("{{figure:preemption}}", "{{figure:preemption}}"))
+
+
+# ---------------------------------------------------------------------------- the committed PNGs
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    return Image.open(io.BytesIO(data)).size
+
+
+def test_every_figure_has_a_png_rendered_from_its_current_drawing():
+    recorded = json.loads(figures.MANIFEST.read_text(encoding="utf-8"))
+    assert sorted(recorded) == sorted(figures.FIGURES)
+    assert (
+        figures.MANIFEST.read_text(encoding="utf-8")
+        == json.dumps(recorded, indent=2, sort_keys=True) + "\n"
+    )
+    for name in figures.FIGURES:
+        png = (figures.ASSETS / f"{name}.png").read_bytes()
+        assert recorded[name] == {
+            "png_sha256": figures.sha256(png),
+            "svg_sha256": figures.svg_sha256(name),
+        }, f"{name}: run `make figures` and commit its PNG"
+        root = ET.fromstring(figures.FIGURES[name].draw())
+        width, height = int(root.get("width")), int(root.get("height"))
+        assert png_size(png) == (2 * width, 2 * height), "rendered at device scale 2"
+        assert Image.open(io.BytesIO(png)).mode in ("P", "RGB"), "no alpha channel"
+
+
+def test_alt_texts_fit_in_markdown_image_syntax():
+    for name, figure in figures.FIGURES.items():
+        assert not re.search(r"[\[\]\n]", figure.alt), name
+
+
+def redrawn(monkeypatch, name: str) -> None:
+    """Figure `name` drawn one comment different from the drawing its PNG was rendered from."""
+    figure = figures.FIGURES[name]
+    changed = dataclasses.replace(figure, draw=lambda: figure.draw()[:-6] + "<!-- -->" + "</svg>")
+    monkeypatch.setitem(figures.FIGURES, name, changed)
+
+
+def test_a_changed_drawing_makes_the_build_refuse_and_write_nothing(monkeypatch, tmp_path, capsys):
+    redrawn(monkeypatch, "hash_chain")
+    out = tmp_path / "out"
+    with pytest.raises(SourceError) as refused:
+        build.run(["notebooks", "--out", str(out)])
+    message = str(refused.value)
+    assert "hash_chain" in message and "`make figures`" in message and "\n" not in message
+    assert "commit" in message
+    assert not out.exists()
+    assert build.main(["all", "--out", str(out)]) == 1
+    assert "make figures" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SourceError, match="make figures"):
+        source_notebook(for_release=True)
+
+
+def test_a_png_put_in_place_of_another_makes_the_build_refuse(monkeypatch, tmp_path):
+    assets = tmp_path / "figures"
+    assets.mkdir()
+    for path in figures.ASSETS.iterdir():
+        (assets / path.name).write_bytes(path.read_bytes())
+    (assets / "preemption.png").write_bytes((assets / "scheduler_step.png").read_bytes())
+    monkeypatch.setattr(figures, "ASSETS", assets)
+    monkeypatch.setattr(figures, "MANIFEST", assets / figures.MANIFEST.name)
+    with pytest.raises(SourceError, match=r"preemption\.png is not the PNG .*make figures"):
+        figures.check_rendered()
+
+
+def test_notebooks_show_the_figures_as_png_in_markdown_and_no_svg():
+    for release in (True, False):
+        text = nbformat.writes(source_notebook(for_release=release))
+        assert "svg+xml" not in text and "<svg" not in text
+        assert text.count("](data:image/png;base64,") == len(figures.FIGURES)
+    for committed in (STUDENT_NOTEBOOK, SOLUTIONS_NOTEBOOK):
+        text = (REPO_ROOT / committed).read_text(encoding="utf-8")
+        assert "svg+xml" not in text, f"{committed} still holds SVG: run `make notebooks solutions`"
+        assert text.count("](data:image/png;base64,") == len(figures.FIGURES), committed
+
+
+# A different Chromium or CJK font version moves anti-aliasing and glyph edges by a pixel or so; a
+# whole picture shifted 2 px differs by about 6.6, and two different figures of the same size
+# (scheduler_step, preemption) by about 17.5. Mean absolute difference over R, G and B, 0-255.
+TOLERANCE = 4.0
+
+
+def mean_difference(a: bytes, b: bytes) -> float:
+    one, two = (Image.open(io.BytesIO(x)).convert("RGB") for x in (a, b))
+    return sum(ImageStat.Stat(ImageChops.difference(one, two)).mean) / 3
+
+
+@pytest.fixture(scope="module")
+def rerendered():
+    from grader.kit.authoring.figures.render import render_pngs
+
+    return render_pngs(sorted(figures.FIGURES))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(LABELS))
+def test_committed_png_is_its_svg_as_chromium_draws_it(rerendered, name):
+    committed = (figures.ASSETS / f"{name}.png").read_bytes()
+    assert png_size(rerendered[name]) == png_size(committed)
+    difference = mean_difference(rerendered[name], committed)
+    assert difference <= TOLERANCE, f"{name}.png differs from its SVG by {difference:.2f}"
+
+
+@pytest.mark.slow
+def test_pixel_comparison_fails_on_another_figures_png(rerendered):
+    other = (figures.ASSETS / "preemption.png").read_bytes()
+    assert png_size(rerendered["scheduler_step"]) == png_size(other)
+    assert mean_difference(rerendered["scheduler_step"], other) > 2 * TOLERANCE
+
+
+def test_screen_estimate_counts_a_figure_as_a_picture_not_its_data_address():
+    from grader.kit.publish import screens
+
+    figure = "![alt](data:image/png;base64," + "A" * 100_000 + ")"
+    assert screens.markdown_px(figure) == screens.IMAGE_PX + screens.CELL_PADDING_PX
+    assert screens.markdown_px("前文 " + figure) > screens.markdown_px(figure)

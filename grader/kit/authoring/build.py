@@ -29,7 +29,7 @@ from .. import paths
 from ..errors import BuildError, run_command
 from ..paths import ASSIGNMENT, GRADING_COURSE, REPO_ROOT, STUDENT_RELEASE
 from ..sandbox.kernel_setup import kernel_tempdir
-from .figures import figure_texts
+from .figures import check_rendered, figure_texts
 from .nbsource import (
     colab_texts,
     fold_keys,
@@ -233,6 +233,7 @@ def run(argv=None) -> int:
         help="write the solutions even when only their outputs (timings) changed",
     )
     args = parser.parse_args(argv)
+    check_rendered()  # a figure drawn differently from its committed PNG: stop before writing
     start = time.perf_counter()
     if args.what in ("notebooks", "all"):
         target = args.out / paths.STUDENT_NOTEBOOK

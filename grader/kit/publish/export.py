@@ -9,8 +9,8 @@ here (latex2mathml; Chromium and Firefox render MathML natively), the template's
 (MathJax, require.js, mermaid) dropped, plots are embedded and pictures on the web (the Colab
 badge) become links. A cell the notebook opens folded (`#@title`) shows its title only; the
 hints and 深入 boxes (`<details>`) print open; code, printed output and code spans in prose tables
-wrap at the margin; computed tables keep each number on one line; the figures (SVG in data
-addresses) print as drawn. The PDF is
+wrap at the margin; computed tables keep each number on one line; the figures (PNG in data
+addresses, rendered at twice their size) fit the page's width. The PDF is
 that HTML printed by Debian's headless Chromium (`make export` installs it, the Chinese fonts
 and the colour emoji font, when it may).
 """
@@ -71,7 +71,8 @@ math[display="block"] { margin: 1em 0; font-size: 1.15em; }
   .jp-MarkdownOutput img, .jp-OutputArea-output img, .jp-MarkdownOutput tr { break-inside: avoid-page; }
   .jp-MarkdownOutput h1, .jp-MarkdownOutput h2, .jp-MarkdownOutput h3, .jp-MarkdownOutput h4,
   .jp-MarkdownOutput h5, details > summary { break-after: avoid-page; }
-  .jp-MarkdownOutput:has(> img) { break-inside: avoid-page; } /* a figure cell: picture and caption */
+  /* a figure cell: picture and caption (markdown puts the picture in a paragraph of its own) */
+  .jp-MarkdownOutput:has(> img), .jp-MarkdownOutput:has(> p > img:only-child) { break-inside: avoid-page; }
   .jp-Cell pre, .jp-MarkdownOutput p { orphans: 3; widows: 3; }
   .jp-MarkdownOutput table { font-size: 11px; }
   .jp-MarkdownOutput details > summary { list-style: none; }

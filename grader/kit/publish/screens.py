@@ -19,6 +19,11 @@ content, each advancing 655 px (the 735-pixel scrolling area less the 80-pixel o
 `screenshots` keeps). The heights below add up to about 56,200 px for that notebook (its hints,
 `<details>` boxes, closed); SCREEN_PX = 711 makes that 79 screens (890, the first guess, made it
 63). So one "screen" here is one screenshot a learner scrolls through, overlap included.
+Checked on 2026-12-06, after the figures became PNG in markdown image syntax (drawn at twice their
+size, JupyterLab fits each to the column, about 1095 px wide: 400 to 550 px tall, IMAGE_PX = 510;
+a picture's data address is no longer counted as text): the same command shot the student
+notebook (243 cells) as 69 PNGs, the last one blank, so 68 screens; the heights below add up to
+about 49,000 px, 68.9 screens at SCREEN_PX = 711, which stays.
 Re-check after changing the heights: shoot the notebook, count the PNGs with content, and scale
 SCREEN_PX by (this module's total / that count).
 """
@@ -45,7 +50,7 @@ CODE_COLUMNS = 130
 CODE_LINE_PX = 18
 CELL_PADDING_PX = 26       # a cell's frame: prompt area, margins
 FOLDED_CELL_PX = 34        # a folded cell shows one bar
-IMAGE_PX = 360             # a figure in markdown (an <img> or ![..](..))
+IMAGE_PX = 510             # a figure: its PNG fitted to the column (about 1095 px wide at 1280 px)
 
 
 def columns(text: str) -> int:
@@ -58,6 +63,8 @@ def wrapped_lines(text: str, width: int) -> int:
 
 
 _DETAILS = re.compile(r"<details>\s*(<summary>.*?</summary>).*?</details>", re.S)
+# A picture in markdown: `![alt](address)` (the figures' PNG), `<img ...>` or an inline `<svg>`.
+_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)|<img\b[^>]*>|<svg\b.*?</svg>")
 
 
 def markdown_px(source: str) -> int:
@@ -79,9 +86,9 @@ def markdown_px(source: str) -> int:
             # a row is as tall as its longest cell wrapped in its share of the width
             share = max(10, TEXT_COLUMNS // max(1, len(cells)))
             height += TABLE_ROW_PX * max(wrapped_lines(c.strip(), share) for c in cells)
-        else:
-            height += TEXT_LINE_PX * wrapped_lines(stripped, TEXT_COLUMNS)
-        height += IMAGE_PX * (len(re.findall(r"!\[[^\]]*\]\(", line)) + line.count("<img") + line.count("<svg"))
+        elif _IMAGE.sub("", stripped).strip():  # a picture's address is not text on screen
+            height += TEXT_LINE_PX * wrapped_lines(_IMAGE.sub("", stripped), TEXT_COLUMNS)
+        height += IMAGE_PX * len(_IMAGE.findall(line))
     return height + CELL_PADDING_PX
 
 

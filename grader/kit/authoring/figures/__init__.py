@@ -1,26 +1,44 @@
 """The chapter's figures, drawn from code as SVG: one function a figure, each returning the SVG text.
 
-A markdown cell of the source that holds `{{figure:prefix_tree}}` gets the picture there, as an
-`<img>` with a `data:image/svg+xml;base64,...` address (JupyterLab, Colab, ModelScope,
-nbconvert's HTML and the printed PDF all show it; no file beside the notebook) and a one-line
-caption `图 N ...`, numbered in the order the figures appear (`figure_texts`). Each figure
-draws the small example the text beside it uses, so the numbers in the picture are the ones the
-learner reads. Output is the same bytes on every machine (`canvas.Canvas`). The drawings:
-`caching` (parts one to three), `serving` (parts four and five).
+The SVG is the master; the notebook shows a PNG of it. Google Colab, the learners' main platform,
+shows no `data:image/svg+xml` picture in a text cell (googlecolab/colabtools#2092) and no
+markdown attachment (#3836); a PNG in a data address in markdown image syntax,
+`![alt](data:image/png;base64,...)`, is what Colab's own "insert image" writes, and JupyterLab,
+ModelScope, nbconvert's HTML and the printed PDF show it too (no file beside the notebook).
+
+The PNGs are committed beside the source, `grader/source/ch34_prefix_cache/figures/NAME.png`,
+with `figures.json`: for each figure the sha256 of the SVG text it was rendered from and of the
+PNG. `make figures` (`render`) draws them with headless Chromium at device scale 2; the build
+never rasterises (fonts and Chromium differ between machines, the notebooks must not) and only
+embeds the committed bytes: when a drawing no longer matches its recorded hash, the build stops
+with a `SourceError` that says to run `make figures` (`png_bytes`).
+
+A markdown cell of the source that holds `{{figure:prefix_tree}}` gets the picture there and a
+one-line caption `图 N ...`, numbered in the order the figures appear (`figure_texts`). Each
+figure draws the small example the text beside it uses, so the numbers in the picture are the
+ones the learner reads. The SVG is the same bytes on every machine (`canvas.Canvas`). The
+drawings: `caching` (parts one to three), `serving` (parts four and five).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Callable
 
 from ...errors import SourceError
+from ...paths import SOURCE_PATH
 from .caching import chunk_mask, hash_chain, prefix_tree
 from .serving import paged_pool, preemption, scheduler_step
 
 PLACEHOLDER = re.compile(r"\{\{figure:([a-z_]+)\}\}")
+# The committed PNGs and their manifest (`make figures` writes them; the build reads them).
+ASSETS = SOURCE_PATH.parent / "figures"
+MANIFEST = ASSETS / "figures.json"
+RERENDER = "run `make figures` and commit grader/source/ch34_prefix_cache/figures/"
 
 
 @dataclass(frozen=True)
@@ -69,20 +87,60 @@ FIGURES = {
 }
 
 
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def svg_sha256(name: str) -> str:
+    """The sha256 of the SVG text figure `name` draws now (UTF-8)."""
+    return sha256(FIGURES[name].draw().encode("utf-8"))
+
+
+def manifest() -> dict[str, dict[str, str]]:
+    """{figure: {"svg_sha256": ..., "png_sha256": ...}} as `make figures` last recorded it."""
+    try:
+        return json.loads(MANIFEST.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+
+
+def png_bytes(name: str) -> bytes:
+    """The committed PNG of figure `name`; a `SourceError` when it is missing or was rendered
+    from another drawing (or another PNG has been put in its place) than the current one."""
+    recorded = manifest().get(name, {})
+    png = ASSETS / f"{name}.png"
+    if not png.exists() or not recorded:
+        raise SourceError(f"figure {name} has no rendered PNG ({png.name}): {RERENDER}")
+    if recorded.get("svg_sha256") != svg_sha256(name):
+        raise SourceError(
+            f"figure {name} was drawn differently since {png.name} was rendered: {RERENDER}"
+        )
+    data = png.read_bytes()
+    if recorded.get("png_sha256") != sha256(data):
+        raise SourceError(
+            f"{png.name} is not the PNG `make figures` rendered for {name}: {RERENDER}"
+        )
+    return data
+
+
+def check_rendered() -> None:
+    """A `SourceError` unless every figure's committed PNG is its current drawing's (`png_bytes`):
+    the build calls it before it writes anything."""
+    for name in FIGURES:
+        png_bytes(name)
+
+
 def data_uri(name: str) -> str:
-    """The figure `name` as a `data:image/svg+xml;base64,...` address."""
-    return "data:image/svg+xml;base64," + base64.b64encode(
-        FIGURES[name].draw().encode("utf-8")
-    ).decode("ascii")
+    """The figure `name` as a `data:image/png;base64,...` address (its committed PNG)."""
+    return "data:image/png;base64," + base64.b64encode(png_bytes(name)).decode("ascii")
 
 
 def figure_markdown(name: str, number: int) -> str:
-    """What `{{figure:NAME}}` becomes: the picture (at most its drawn width) and its caption line."""
+    """What `{{figure:NAME}}` becomes: the picture in markdown image syntax (what Colab shows)
+    and its caption line. Markdown gives the picture no width: it is drawn at device scale 2, and
+    the notebook's and the exported page's `max-width: 100%` fit it to the column."""
     figure = FIGURES[name]
-    return (
-        f'<img src="{data_uri(name)}" alt="{figure.alt}" style="max-width:100%">\n\n'
-        f"**图 {number}**　{figure.caption}"
-    )
+    return f"![{figure.alt}]({data_uri(name)})\n\n**图 {number}**　{figure.caption}"
 
 
 def figure_texts(cells) -> dict[str, str]:
