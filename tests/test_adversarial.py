@@ -154,6 +154,7 @@ def test_nothing_outlives_grading_without_the_sandbox_either(unsandboxed_batch):
     )
 
 
+@pytest.mark.heavy  # shares the unsandboxed batch (a 60 s notebook limit waited out)
 def test_grading_without_bubblewrap_says_so_loudly(unsandboxed_batch):
     run, rows = unsandboxed_batch["run"], unsandboxed_batch["rows"]
     assert "WITHOUT a sandbox" in run.stderr and "sandbox: NONE" in run.stderr

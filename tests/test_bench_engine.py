@@ -40,6 +40,7 @@ def test_tiny_and_checkpoint_are_exclusive_and_notebook_needs_weights(tmp_path):
 
 
 @pytest.mark.slow  # the notebook's part five and the benchmark on the CPU: a few minutes on 2 busy cores
+@pytest.mark.heavy  # about 50 s of both cores; run before a GPU session (make test-heavy)
 def test_gpu_command_runs_end_to_end_on_cpu_with_a_tiny_checkpoint(tmp_path):
     out = tmp_path / "part5-cpu.md"
     command = [sys.executable, str(REPO_ROOT / "bench" / "bench_engine.py"), "--device", "cpu", "--tiny", "--notebook",

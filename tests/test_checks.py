@@ -26,7 +26,14 @@ from grader.kit.authoring.nbsource import (
     strip_solution_markers,
     todo_number,
 )
-from tests.conftest import all_mistakes, batch_mistakes, tiered
+from tests.conftest import (
+    _REGION,
+    ALL_TODOS,
+    all_mistakes,
+    batch_mistakes,
+    tiered,
+    todo_of_region,
+)
 from tests.fixtures.mistakes_core import MISTAKES as CORE
 from tests.fixtures.mistakes_engine import MISTAKES as ENGINE
 from tests.fixtures.mistakes_sched import MISTAKES as SCHED
@@ -136,7 +143,37 @@ def test_every_grade_cell_names_exactly_one_check_of_its_own_todo():
         assert name == "check_" + meta["grade_id"].removeprefix("test_"), (
             f"{meta['grade_id']} names {filename}::{name}"
         )
-        assert filename in (f"{todo}.py", "sched.py", "engine.py"), f"{meta['grade_id']} names {filename}"
+        assert filename in (f"{todo}.py", "sched.py", "engine.py"), (
+            f"{meta['grade_id']} names {filename}"
+        )
+
+
+def unfinished_edits(todo: int) -> list[tuple[str, str]]:
+    """Edits that leave TODO `todo` as the release has it: each of its solution regions becomes
+    `raise NotImplementedError()`."""
+    edits = []
+    for cell in SOURCE.cells:
+        if not nbgrader_meta(cell).get("solution"):
+            continue
+        for match in _REGION.finditer(cell.source):
+            if todo_of_region(cell, cell.source[: match.start()]) == todo:
+                code = strip_solution_markers(match.group(0))
+                edits.append((code, f"{match.group(1)}raise NotImplementedError()\n"))
+    assert edits, f"no solution region answers TODO {todo}"
+    return edits
+
+
+@pytest.mark.parametrize("todo", ALL_TODOS)
+def test_an_unfinished_todo_loses_exactly_its_own_checks_each_saying_to_finish_it(todo):
+    """What the batch's packed unfinished notebooks rest on (UNFINISHED_PACKS): one TODO left
+    unfinished costs its own checks and no other, and each of them says which TODO to finish."""
+    last_todo = 8 if todo <= 8 else None  # part one's checks need no torch model
+    namespace, _ = run_code_cells(unfinished_edits(todo), last_todo)
+    failed = failures(namespace, last_todo)
+    own = {grade_id for grade_id, _, _ in CHECKED if todo_number(grade_id) == todo}
+    assert set(failed) == own, f"TODO {todo} unfinished: {sorted(failed)}"
+    unclear = {g: m for g, m in failed.items() if f"TODO {todo}" not in m}
+    assert unclear == {}, f"messages that do not name TODO {todo}: {unclear}"
 
 
 def converted(mistake):

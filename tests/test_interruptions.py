@@ -111,7 +111,9 @@ def test_ctrl_c_with_the_output_piped_through_tee_keeps_the_work_and_the_resume_
         grader = subprocess.Popen(command(clean, report), cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, process_group=0)  # fmt: skip
         with open(log, "wb") as out:
-            tee = subprocess.Popen(["tee"], stdin=grader.stdout, stdout=out, process_group=grader.pid)
+            tee = subprocess.Popen(
+                ["tee"], stdin=grader.stdout, stdout=out, process_group=grader.pid
+            )
         grader.stdout.close()  # tee holds the only reading end
         wait_until(lambda: "[  1/3]" in log.read_text(errors="replace"), grader, "first graded")
         os.killpg(grader.pid, signal.SIGINT)  # Ctrl-C at the terminal: the whole process group
