@@ -110,9 +110,25 @@ def run_hosted(root, course):
     )  # fmt: skip
 
 
+def run_unpacked_gradescope_zip(root, course):
+    """The zip `make gradescope` builds, unpacked where Gradescope puts it (root/autograder/source),
+    its run_autograder run as Gradescope runs it: only what the zip carries grades (the kit, the
+    course), with the Python setup.sh makes (here the repository's .venv, made from the same
+    requirements.txt)."""
+    autograder = root / "autograder"
+    with zipfile.ZipFile(gradescope.build_zip(root / "autograder.zip", course)) as zipped:
+        zipped.extractall(autograder / "source")
+    (autograder / "venv").symlink_to(REPO_ROOT / ".venv")
+    env = {k: v for k, v in os.environ.items() if k not in ("CH34_COURSE", "VIRTUAL_ENV")}
+    env.update(CH34_HOSTED_ROOT=str(root), PATH="/usr/local/bin:/usr/bin:/bin")
+    return subprocess.run(["bash", str(autograder / "source" / "run_autograder")], env=env,
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def hosted_runs(fresh_build, tmp_path_factory):
-    """The partly wrong example graded in Gradescope's layout and in PrairieLearn's, at once."""
+    """The partly wrong example graded at once by the unpacked Gradescope zip's run_autograder
+    and in PrairieLearn's layout."""
     course = fresh_build / "build" / "grading-course"
     release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
     solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
@@ -130,7 +146,9 @@ def hosted_runs(fresh_build, tmp_path_factory):
     data.mkdir(parents=True)
     (data / "data.json").write_text('{"params": {}, "correct_answers": {}}', encoding="utf-8")
     with ThreadPoolExecutor(2) as pool:
-        runs = dict(zip(roots, pool.map(lambda r: run_hosted(r, course), roots.values())))
+        gradescope_run = pool.submit(run_unpacked_gradescope_zip, roots["gradescope"], course)
+        prairielearn_run = pool.submit(run_hosted, roots["prairielearn"], course)
+        runs = {"gradescope": gradescope_run.result(), "prairielearn": prairielearn_run.result()}
     return {"roots": roots, "runs": runs, "release": release, "course": course}
 
 
@@ -280,27 +298,8 @@ def test_the_zip_carries_the_setup_and_run_autograder_of_deploy_gradescope(fresh
 
 
 @pytest.mark.slow
-def test_the_unpacked_zips_run_autograder_grades_a_submission(fresh_build, tmp_path):
-    """The zip unpacked where Gradescope puts it, its run_autograder run as Gradescope runs it:
-    only what the zip carries grades (the kit, the course), with the Python setup.sh makes
-    (here the repository's .venv, made from the same requirements.txt)."""
-    root = tmp_path / "root"
-    autograder = root / "autograder"
-    with zipfile.ZipFile(gradescope.build_zip(tmp_path / "autograder.zip",
-                                              fresh_build / "build" / "grading-course")) as zipped:  # fmt: skip
-        zipped.extractall(autograder / "source")
-    (autograder / "venv").symlink_to(REPO_ROOT / ".venv")
-    release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)
-    solutions = read_nb(fresh_build / "solutions" / NOTEBOOK_NAME)
-    (autograder / "submission").mkdir()
-    (autograder / "submission" / NOTEBOOK_NAME).write_text(
-        json.dumps(filled_submission(release, solutions, PARTLY_WRONG_EDITS)), encoding="utf-8"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("CH34_COURSE", "VIRTUAL_ENV")}
-    env.update(CH34_HOSTED_ROOT=str(root), PATH="/usr/local/bin:/usr/bin:/bin")
-    run = subprocess.run(["bash", str(autograder / "source" / "run_autograder")], env=env,
-                         capture_output=True, text=True, timeout=900)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-3000:]
-    results = json.loads((root / GRADESCOPE_RESULTS).read_text(encoding="utf-8"))
-    jsonschema.validate(results, GRADESCOPE_SCHEMA)
+def test_the_unpacked_zips_run_autograder_grades_a_submission(hosted_runs):
+    """run_autograder from the unpacked zip (hosted_runs) wrote Gradescope's results for the
+    partly wrong notebook: some points, not all."""
+    results = results_of(hosted_runs, "gradescope", GRADESCOPE_RESULTS, GRADESCOPE_SCHEMA)
     assert 0 < results["score"] < sum(t["max_score"] for t in results["tests"])
