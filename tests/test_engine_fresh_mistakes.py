@@ -1,0 +1,42 @@
+"""Issue 38: a fresh, blind set of part-five answers (tests/fixtures/mistakes_engine_fresh.py)
+through the hidden checks, in process, as test_checks.py runs the catalogue: each mistake loses
+points, and only on its own TODO's grade cells; each correct style keeps full marks.
+
+The fresh entries carry no `loses` (they were written without reading the checks), so the test
+asserts only the TODO: the lost cells are a non-empty subset of `test_todo<N>_*` for the entry's N.
+"""
+
+import pytest
+
+from grader.kit.authoring.nbsource import todo_number
+from tests.fixtures.mistakes_engine_fresh import FRESH_CORRECT, FRESH_MISTAKES
+from tests.test_checks import failures, run_code_cells
+
+pytestmark = [pytest.mark.heavy, pytest.mark.slow]
+
+
+def test_the_fresh_set_is_large_enough_and_spread_over_the_todos():
+    assert len(FRESH_MISTAKES) >= 65 and len(FRESH_CORRECT) >= 10
+    for todo in range(20, 25):
+        assert len([m for m in FRESH_MISTAKES if m["todo"] == todo]) >= 10, todo
+    names = [e["name"] for e in FRESH_MISTAKES + FRESH_CORRECT]
+    assert len(set(names)) == len(names)
+
+
+def _lost(entry):
+    namespace, _ = run_code_cells(entry["edits"])
+    return failures(namespace)
+
+
+@pytest.mark.parametrize("entry", FRESH_MISTAKES, ids=[m["name"] for m in FRESH_MISTAKES])
+def test_a_fresh_mistake_loses_points_on_its_own_todo_only(entry):
+    failed = _lost(entry)
+    assert failed, f"TODO {entry['todo']}: no grade cell lost points ({entry['why']})"
+    elsewhere = {g: text for g, text in failed.items() if todo_number(g) != entry["todo"]}
+    assert not elsewhere, f"TODO {entry['todo']}'s mistake loses points on other TODOs: {elsewhere}"
+
+
+@pytest.mark.parametrize("entry", FRESH_CORRECT, ids=[m["name"] for m in FRESH_CORRECT])
+def test_a_fresh_correct_style_keeps_full_marks(entry):
+    failed = _lost(entry)
+    assert failed == {}, f"a correct TODO {entry['todo']} answer loses points: {failed}"
