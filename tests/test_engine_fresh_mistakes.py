@@ -1,4 +1,4 @@
-"""Issue 38: a fresh, blind set of part-five answers (tests/fixtures/mistakes_engine_fresh.py)
+"""Issue 38: a fresh, blind set of part-five answers (tests/fixtures/fresh_mistakes_engine.py)
 through the hidden checks, in process, as test_checks.py runs the catalogue: each mistake loses
 points, and only on its own TODO's grade cells; each correct style keeps full marks.
 
@@ -9,7 +9,7 @@ asserts only the TODO: the lost cells are a non-empty subset of `test_todo<N>_*`
 import pytest
 
 from grader.kit.authoring.nbsource import todo_number
-from tests.fixtures.mistakes_engine_fresh import FRESH_CORRECT, FRESH_MISTAKES
+from tests.fixtures.fresh_mistakes_engine import FRESH_CORRECT, FRESH_MISTAKES
 from tests.test_checks import failures, run_code_cells
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]

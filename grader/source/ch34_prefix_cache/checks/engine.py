@@ -323,6 +323,10 @@ def check_todo22_victim(ns):
             f"TODO 22: 抢占 c 之后 a、b 的 decode 都排得上，应调度 {{'a': 1, 'b': 1}}、running 为 [a, b]；"
             f"得到 {dict(out.num_scheduled_tokens)}、running {[r.request_id for r in sched.running]}"
         )
+        assert sched.num_preemptions == 1, (
+            f"TODO 22: 这一步只抢占了 c 一次，schedule() 已按 out.preempted_req_ids 记数，sched.num_preemptions 应为 1，"
+            f"得到 {sched.num_preemptions}（engine.stats 的抢占次数会跟着错）"
+        )
 
 
 @check(points=3, title="放回队头", says="被抢占的请求放回 waiting 的队头，排在所有还在等的请求前面")
