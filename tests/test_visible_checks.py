@@ -96,6 +96,24 @@ def test_visible_cells_name_the_mistakes_todo_first(mistake):
     assert not [n for n in named if int(n) < todo], f"an earlier TODO is named: {message}"
 
 
+def test_a_later_todo_skipped_for_an_earlier_todos_error_names_the_todo_at_fault():
+    """TODO 21 caching blocks not yet computed fails inside TODO 22's check: TODO 21's line says so,
+    and TODO 24's line, skipped because TODO 22's check failed, names TODO 21, not TODO 22."""
+    cache = "        self.cache_blocks(request, min(num_computed_tokens + num_new_tokens, request.num_tokens))\n"
+    ran = run_cells(
+        [(cache, "        self.cache_blocks(request, request.num_tokens)\n")],
+        stop_after="visible_todo20_24",
+    )
+    printed = next(text for grade_id, text, _ in ran if grade_id == "visible_todo20_24")
+    lines = {
+        line.split("：")[0].split()[-1]: line
+        for line in printed.splitlines()
+        if "TODO" in line[:12]
+    }
+    assert lines["21"].startswith("❌") and "TODO 22 的检查里" in lines["21"], printed
+    assert "出错的是 TODO 21 的代码" in lines["24"], printed
+
+
 def test_part_one_reports_every_todo_even_when_todo_2_fails():
     edit = (
         "[tuple(tokens[i : i + self.block_size]) for i in range(0, len(tokens), self.block_size)]",
@@ -130,7 +148,13 @@ def test_todo_9_without_return_is_told_it_returned_none():
 
 def test_part_three_visible_checks_run_without_torch():
     """The part-three check cell (and its runner) on a Python where `import torch` fails."""
-    wanted = {"check_time_box", "kv_visible_runner", "block_pool_given", "block_prefix_cache", "visible_todo11_14"}
+    wanted = {
+        "check_time_box",
+        "kv_visible_runner",
+        "block_pool_given",
+        "block_prefix_cache",
+        "visible_todo11_14",
+    }
     cells = [c.source for c in cells_until() if nbgrader_meta(c).get("grade_id") in wanted]
     assert len(cells) == len(wanted)
     code = "import sys\nsys.modules['torch'] = None\n" + "\n\n".join(cells)

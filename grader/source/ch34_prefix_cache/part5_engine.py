@@ -962,7 +962,10 @@ def engine_depends_on(*todos):
     for todo in todos:
         try:
             skipped = checks[todo]()
-        except Exception:  # noqa: BLE001  (前置检查：任何错误都只说明那个 TODO 还没好)
+        except Exception as error:  # noqa: BLE001  (前置检查：任何错误都只说明那个 TODO 还没好)
+            cause = str(error).split("：")[0]  # names_earlier_todo 的错误以出错的 TODO 开头
+            if cause.startswith("TODO ") and cause != f"TODO {todo}":
+                return f"它用到 TODO {todo}，TODO {todo} 的检查没通过，出错的是 {cause} 的代码"
             return f"它用到 TODO {todo}，TODO {todo} 还没通过它的检查"
         if skipped:
             return f"它用到 TODO {todo}，TODO {todo} 的检查被跳过了"
