@@ -61,7 +61,8 @@ CONVERTED_TODOS = {grade_id.split("_")[1] for grade_id, _, _ in CHECKED}
 
 
 def run_code_cells(edits=(), last_todo=None):
-    """Run the reference's code cells (grade and measurement cells left out) with `edits` applied.
+    """Run the reference's code cells (grade, measurement and learner-only cells left out, as the
+    grading course blanks them) with `edits` applied.
 
     With `last_todo`, stop at the first grade cell of a later TODO (the core's mistakes need
     no torch model). Returns the namespace and the grade ids of the cells that raised or printed
@@ -74,7 +75,8 @@ def run_code_cells(edits=(), last_todo=None):
         if last_todo and meta.get("grade") and (todo_number(meta["grade_id"]) or 0) > last_todo:
             break
         if c.cell_type == "code" and not meta.get("grade"):
-            if "measurement" not in c.metadata.get("tags", []):
+            # what the grading course runs: measurements and learner-only demos are blanked there
+            if not {"measurement", "learner-only"} & set(c.metadata.get("tags", [])):
                 cells.append(c)
     for cell in cells:
         cell.source = strip_solution_markers(cell.source)

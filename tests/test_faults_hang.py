@@ -276,6 +276,7 @@ def cheap_hang(fresh_build, tmp_path_factory):
     return {"rows": rows, "report": root / "report", "release": release}
 
 
+@pytest.mark.heavy  # one hang graded through nbgrader (about 50 s); the box itself is tested above, every hang kind below
 def test_a_todo_that_never_returns_and_swallows_the_timeout_costs_its_own_checks_only(cheap_hang):
     row = cheap_hang["rows"][CHEAP_HANG.name]
     assert row["status"] == "graded", row["reason"]

@@ -223,6 +223,7 @@ def test_gpu_evidence_script_runs_on_cpu_and_writes_its_table(tmp_path):
 
 
 @pytest.mark.slow  # every code cell of the committed solutions, in one process (about 15 s)
+@pytest.mark.heavy  # the whole solutions notebook again (test_generation executes it in make test)
 def test_notebook_on_gpu_runs_every_reference_cell_and_fails_only_at_the_probe_without_cuda(
     tmp_path,
 ):

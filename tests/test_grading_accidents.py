@@ -187,7 +187,7 @@ def test_a_graded_row_is_not_replaced_by_a_status_that_is_no_grade(accidents, tm
     assert "overrides.csv: not applied to dave" in progress
 
 
-@pytest.mark.heavy  # about 50 s; make test interrupts a run by Ctrl-C through tee (test_interruptions)
+@pytest.mark.heavy  # about 50 s; test_interruptions interrupts through a pipe, by SIGTERM and by kill -9
 def test_an_interrupted_run_keeps_what_it_graded_and_the_same_command_grades_the_rest(
     accidents, tmp_path
 ):

@@ -335,6 +335,7 @@ def test_intake_csv_lists_every_file_with_its_outcome(tmp_path):
     ]
 
 
+@pytest.mark.heavy  # nine notebooks graded (about 55 s); the ids alone: test_intake_command.py, and graded_batch grades a Moodle export
 def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fresh_build, tmp_path):
     """Moodle and Canvas zips, a Blackboard file, odd names and duplicates, graded for real."""
     release = read_nb(fresh_build / "notebooks" / NOTEBOOK_NAME)

@@ -101,6 +101,7 @@ def resume_and_compare(clean, report: Path, graded: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # three runs of the class (about 75 s): make test keeps within 8 minutes
 def test_ctrl_c_with_the_output_piped_through_tee_keeps_the_work_and_the_resume_finishes_it(
     clean, tmp_path
 ):
@@ -131,7 +132,7 @@ def test_ctrl_c_with_the_output_piped_through_tee_keeps_the_work_and_the_resume_
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # each interruption test costs about 60 s; Ctrl-C through tee stays in make test
+@pytest.mark.heavy  # each interruption test costs about 60 s of both cores
 def test_sigterm_after_the_reader_of_the_output_went_away_keeps_the_work(clean, tmp_path):
     """`... | head -n 3`: head has read its lines and gone before the grader's first progress
     line; a job scheduler's SIGTERM later still ends like Ctrl-C."""
