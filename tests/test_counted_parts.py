@@ -103,3 +103,27 @@ def test_a_bad_setting_is_an_error_that_names_the_file_and_the_parts(tmp_path, l
     with pytest.raises(ValueError, match="course.toml") as error:
         load_parts(course(tmp_path, line))
     assert words in str(error.value) and "sched" in str(error.value)
+
+
+def test_the_readme_learner_table_states_each_parts_points_and_whether_it_counts():
+    """The README's table of parts (one row a part, "TODO a–b" in the second column, "N，计入成绩"
+    or "N，单独记录…" in the last) says what the source's grade cells and course.toml say."""
+    from grader.kit.paths import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    rows = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].startswith("TODO "):
+            first = int(cells[1][5:].split("–")[0].split("：")[0])
+            rows[first] = cells[2]
+    points = part_points(SOURCE)
+    for part in PARTS:
+        said = rows.get(part.todos[0])
+        assert said is not None, f"README's table has no row for TODO {part.todos[0]} ({part.key})"
+        number = said.split("，")[0]
+        assert float(number) == points[part.key], (part.key, said, points[part.key])
+        assert said.split("，")[1].startswith("计入成绩" if part.counted else "单独记录"), (
+            part.key,
+            said,
+        )
