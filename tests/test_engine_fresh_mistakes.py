@@ -6,6 +6,8 @@ The fresh entries carry no `loses` (they were written without reading the checks
 asserts only the TODO: the lost cells are a non-empty subset of `test_todo<N>_*` for the entry's N.
 """
 
+import re
+
 import pytest
 
 from grader.kit.authoring.nbsource import todo_number
@@ -40,3 +42,25 @@ def test_a_fresh_mistake_loses_points_on_its_own_todo_only(entry):
 def test_a_fresh_correct_style_keeps_full_marks(entry):
     failed = _lost(entry)
     assert failed == {}, f"a correct TODO {entry['todo']} answer loses points: {failed}"
+
+
+def test_the_first_visible_failure_names_the_fresh_mistakes_own_todo_and_never_another():
+    """Issue 38's bar for what the learner reads first: the visible cells, run with each fresh
+    mistake, name its TODO first for at least 60 of every 65 mistakes, and never blame another
+    TODO (a mistake they miss shows nothing; the hidden checks above still catch it)."""
+    from tests.test_visible_checks import first_failure, run_cells
+
+    right, silent, blamed = [], [], []
+    for entry in FRESH_MISTAKES:
+        cell, message = first_failure(run_cells(entry["edits"], last_todo=24))
+        named = [int(n) for n in re.findall(r"TODO (\d+)", message)]
+        if cell is None:
+            silent.append(entry["name"])
+        elif named and named[0] == entry["todo"]:
+            right.append(entry["name"])
+        else:
+            blamed.append((entry["name"], entry["todo"], message))
+    assert not blamed, f"the first visible failure names another TODO: {blamed}"
+    assert len(right) * 65 >= 60 * len(FRESH_MISTAKES), (
+        f"{len(right)} of {len(FRESH_MISTAKES)} named first; silent: {silent}"
+    )
