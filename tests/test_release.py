@@ -18,8 +18,9 @@ from grader.kit.authoring.nbsource import (
     github_repo,
     nbgrader_meta,
     read_source,
+    strip_solution_markers,
 )
-from tests.conftest import read_nb
+from tests.conftest import _REGION, read_nb, todo_of_region
 
 RELEASE = REPO_ROOT / "notebooks" / NOTEBOOK_NAME
 SOLUTIONS = REPO_ROOT / "solutions" / NOTEBOOK_NAME
@@ -207,7 +208,10 @@ def _guarded_by_import_error(node, parents) -> bool:
         parent = parents[node]
         if isinstance(parent, ast.Try) and node in parent.body:
             caught = [h.type for h in parent.handlers]
-            if any(isinstance(t, ast.Name) and t.id in ("ImportError", "ModuleNotFoundError") for t in caught):
+            if any(
+                isinstance(t, ast.Name) and t.id in ("ImportError", "ModuleNotFoundError")
+                for t in caught
+            ):
                 return True
         node = parent
     return False
@@ -288,7 +292,13 @@ def test_first_cell_and_each_part_heading_give_the_points_and_whether_they_count
         for ln in c.source.splitlines()
         if ln.startswith("## 第")
     ]
-    assert [h[:7] for h in headings] == ["## 第一部分", "## 第二部分", "## 第三部分", "## 第四部分", "## 第五部分"]
+    assert [h[:7] for h in headings] == [
+        "## 第一部分",
+        "## 第二部分",
+        "## 第三部分",
+        "## 第四部分",
+        "## 第五部分",
+    ]
     points = {p.key: sum(g["points"] for g in grades if part_of(g["grade_id"]) is p) for p in PARTS}
     said = [f"{points[p.key]:g} 分，{'计分' if p.counted else '单独计分'}" for p in PARTS]
     assert all(words in heading for words, heading in zip(said, headings)), (said, headings)
@@ -354,3 +364,40 @@ def test_no_hint_is_folded_inside_another():
             depth += 1 if tag == "<details>" else -1
             assert 0 <= depth <= 1, f"{cell.id}: a <details> inside another"
         assert depth == 0, f"{cell.id}: an unclosed <details>"
+
+
+def _solution_lines_by_todo() -> dict[int, set[str]]:
+    """Each TODO's reference code, one line at a time with its spaces removed; lines shorter than
+    14 characters (`return out`, `i += 1`) say too little to count as giving the answer away."""
+    lines: dict[int, set[str]] = {}
+    for cell in read_source().cells:
+        if not nbgrader_meta(cell).get("solution"):
+            continue
+        for match in _REGION.finditer(cell.source):
+            todo = todo_of_region(cell, cell.source[: match.start()])
+            for line in strip_solution_markers(match.group(0)).splitlines():
+                code = re.sub(r"\s+", "", line.split("#")[0])
+                if len(code) >= 14:
+                    lines.setdefault(todo, set()).add(code)
+    return lines
+
+
+def test_no_hint_holds_a_line_of_its_todos_answer():
+    """The notebook promises 提示里没有答案代码: no hint has a code block, and none quotes a line of
+    its TODO's reference answer (compared without spaces)."""
+    answers = _solution_lines_by_todo()
+    hints = 0
+    for cell in release().cells:
+        if cell.cell_type != "markdown":
+            continue
+        for todo, body in re.findall(
+            r"<details><summary>TODO (\d+)(?: · \w+)? · 提示 \d+</summary>(.*?)</details>",
+            cell.source,
+            re.S,
+        ):
+            hints += 1
+            assert "```" not in body, f"TODO {todo}'s hint has a code block: {body[:120]}"
+            text = re.sub(r"\s+", "", body)
+            quoted = [line for line in answers.get(int(todo), ()) if line in text]
+            assert not quoted, f"TODO {todo}'s hint quotes its answer: {quoted}"
+    assert hints >= 2 * 24, f"only {hints} hints found"
