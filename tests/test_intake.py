@@ -5,10 +5,12 @@ The name parsing and the bookkeeping are tested on files without kernels; one re
 """
 
 import csv
+import os
 import re
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -265,6 +267,89 @@ def test_a_zip_cannot_write_outside_its_folder(tmp_path):
     assert not (tmp_path / "2023001.ipynb").exists()
 
 
+def one_member_zip(path, patch):
+    """A zip of one notebook, `patch(data, at)` applied at its local and its central header's
+    flags field (the compression method follows it, at `at + 2`)."""
+    data = bytearray(make_zip(path, {"ch34_prefix_cache.ipynb": NB}).read_bytes())
+    for at in (6, data.find(b"PK\x01\x02") + 8):
+        patch(data, at)
+    return path.write_bytes(bytes(data)) and path
+
+
+def encrypted(data, at):
+    data[at] |= 1
+
+
+def deflate64(data, at):
+    data[at + 2 : at + 4] = b"\x09\x00"
+
+
+def test_one_member_a_zip_cannot_extract_is_listed_and_the_rest_of_the_zip_graded(tmp_path):
+    # A student's zip with a password (the flag bit 0) or compressed by Deflate64 (method 9, as
+    # Windows' and 7-Zip's zippers may write): zipfile raises RuntimeError / NotImplementedError.
+    locked = one_member_zip(tmp_path / "locked.zip", encrypted)
+    packed = one_member_zip(tmp_path / "deflate64.zip", deflate64)
+    export = make_zip(
+        tmp_path / "export.zip",
+        {
+            "2023001.zip": locked.read_bytes(),
+            "2023002.zip": packed.read_bytes(),
+            "2023003.ipynb": NB,
+            # the same path twice: once as written, once cut back from `../`, once as a folder
+            "2023004.ipynb": NB,
+            "../2023004.ipynb": "{}",
+            "2023004.ipynb/ch34_prefix_cache.ipynb": NB,
+            # a name longer than the file system's 255 bytes (Chinese: 3 bytes a character)
+            "2023005_" + "第三十四章前缀缓存作业" * 9 + ".ipynb": NB,
+        },
+    )
+    roster = write(tmp_path, "roster.csv", "学号\n2023001\n2023002\n2023003\n2023004\n2023005\n")
+    with discover(export, roster=roster) as intake:
+        graded, skipped = found(intake)
+        kept = next(s.path for s in intake.submissions if s.student_id == "2023004")
+        assert kept.read_text() == NB  # the first 2023004.ipynb, not the `../` one
+    assert sorted(graded) == ["2023003.ipynb", "2023004.ipynb", next(s for s in graded if "…" in s)]
+    assert graded[next(s for s in graded if "…" in s)] == ("2023005", False)
+    assert skipped["2023001.zip/ch34_prefix_cache.ipynb"].startswith("not extracted: encrypted")
+    assert (
+        "method Python cannot read (zip method 9)" in skipped["2023002.zip/ch34_prefix_cache.ipynb"]
+    )
+    assert "same path" in skipped["../2023004.ipynb"]
+    assert "a file and a folder" in skipped["2023004.ipynb/ch34_prefix_cache.ipynb"]
+
+
+def test_a_damaged_member_of_the_export_says_download_it_again(tmp_path):
+    export = make_zip(tmp_path / "export.zip", {"2023001.ipynb": NB, "2023002.ipynb": NB})
+    data = bytearray(export.read_bytes())
+    data[200] ^= 0xFF  # inside the first member: its CRC no longer matches
+    export.write_bytes(bytes(data))
+    with pytest.raises(IntakeError, match="download the export again"):
+        discover(export)
+
+
+def test_a_folder_unzipped_on_linux_from_a_chinese_windows_zip_keeps_its_gbk_names(tmp_path):
+    # `unzip` on Linux leaves a Windows zip's GBK names as bytes, which Python holds as
+    # surrogates: intake.csv (UTF-8) could not be written.
+    export = tmp_path / "export"
+    folder = os.fsencode(export) + b"/" + "张三_101_assignsubmission_file".encode("gbk")
+    os.makedirs(folder)
+    Path(os.fsdecode(folder + b"/" + "作业.ipynb".encode("gbk"))).write_text(NB)
+    Path(os.fsdecode(os.fsencode(export) + b"/" + "2023001_赵一.ipynb".encode("gbk"))).write_text(
+        NB
+    )
+    roster = write(
+        tmp_path, "roster.csv", "学号,姓名,lms_user_id\n2023001,赵一,\n2023005,张三,101\n"
+    )
+    with discover(export, roster=roster) as intake:
+        graded, _ = found(intake)
+        intake.write_csv(tmp_path / "report" / "intake.csv")
+        assert all(s.path.is_file() for s in intake.submissions)
+    assert graded == {
+        "2023001_赵一.ipynb": ("2023001", False),
+        "张三_101_assignsubmission_file/作业.ipynb": ("2023005", False),
+    }
+
+
 @pytest.mark.parametrize(
     "make, message",
     [
@@ -400,7 +485,10 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
         "2023006": ("no", ""),
     }
     assert {sid: (row["late"], row["source"]) for sid, row in rows.items()} == expected
-    assert {sid for sid, row in rows.items() if row["status"] == "missing"} == {"2023001", "2023006"}
+    assert {sid for sid, row in rows.items() if row["status"] == "missing"} == {
+        "2023001",
+        "2023006",
+    }
     for student_id, row in rows.items():
         if row["status"] == "missing":
             continue

@@ -47,7 +47,7 @@ from .identify import (
     write_choices,
 )
 from .roster import Roster
-from .unpack import extract, walk
+from .unpack import DAMAGED, extract, readable, walk
 
 UNKNOWN = "student unknown"
 NOT_GRADED = "not graded"
@@ -221,14 +221,21 @@ def discover(path, roster=None, pattern: str | None = None, choices=None) -> Int
             walk(path, sink, collector.is_notebook)
         elif path.suffix.lower() == ".zip":
             try:
-                extract(path, intake.scratch / "export")
+                left_out = extract(path, intake.scratch / "export")
             except (zipfile.BadZipFile, OSError, EOFError) as error:
                 raise IntakeError(
                     f"{path} is not a readable zip ({error}): download the export again"
                 ) from None
+            if damaged := [name for name, why in left_out if why.startswith(DAMAGED)]:
+                raise IntakeError(
+                    f"{path} is damaged ({', '.join(damaged[:3])} cannot be read): download the "
+                    "export again"
+                )
+            for name, why in left_out:
+                sink.skip(name, why)
             walk(intake.scratch / "export", sink, collector.is_notebook, depth=1)
         elif path.suffix.lower() == ".ipynb":
-            sink.notebook(path, path.name, (path.name,))
+            sink.notebook(path, readable(path.name), (readable(path.name),))
         else:
             raise IntakeError(f"{path} is neither a folder, a .zip nor a .ipynb file")
         intake.skipped += sink.skipped
@@ -320,7 +327,9 @@ def keep_one(student_id: str, copies: list, intake: Intake, choice: Choice | Non
     intake.several.append(candidates_row(student_id, copies, times, index, rule, intake.roster))
     if index is None:
         for _, s in copies:
-            why = f"{student_id} 交了 {len(copies)} 个 notebook，{rule}：{UNDECIDED}。{HOW_TO_CHOOSE}"
+            why = (
+                f"{student_id} 交了 {len(copies)} 个 notebook，{rule}：{UNDECIDED}。{HOW_TO_CHOOSE}"
+            )
             intake.skipped.append(Skipped(s.source, why, student_id, late=s.late))
         return
     chosen = copies[index][1]
