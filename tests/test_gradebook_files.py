@@ -13,7 +13,7 @@ import pytest
 
 from grader.kit.authoring.checkcells import check_label, check_titles, declarations, grade_cell
 from grader.kit.authoring.nbsource import ASSIGNMENT, PARTS, part_of, todo_number
-from grader.kit.errors import BadOverrides, RosterError
+from grader.kit.errors import BadOverrides, RosterError, UnreadableCsv
 from grader.kit.grading.outcome import Outcome
 from grader.kit.intake.inventory import discover
 from grader.kit.intake.roster import HEADER_NAMES, Roster
@@ -26,6 +26,7 @@ from grader.kit.report.grades import (
     fmt,
     outcome_row,
     part_columns,
+    read_grades,
     read_overrides,
     summary_table,
     write_grades,
@@ -228,7 +229,9 @@ def test_summary_says_in_chinese_which_of_a_students_notebooks_was_graded(tmp_pa
     with discover(export, roster=roster) as intake:
         summary.write_summary(tmp_path / "summary.html", [], COLUMNS, intake=intake)
     text = page_text((tmp_path / "summary.html").read_text(encoding="utf-8"))
-    assert "2025001: 交了 2 个 notebook，评 2025001_张三_final.ipynb：最新的那个（按文件时间）" in text
+    assert (
+        "2025001: 交了 2 个 notebook，评 2025001_张三_final.ipynb：最新的那个（按文件时间）" in text
+    )
     assert "没评：2025001_张三_草稿.ipynb" in text and "CHOICES=REPORT/choices.csv" in text
     assert re.search(r"同一学生的另一个 notebook.*\s1\s+2025001_张三_草稿\.ipynb", text)
 
@@ -451,3 +454,18 @@ def test_check_titles_read_back_every_header_the_build_writes():
     titles = check_titles(nb)
     assert titles == {check.grade_id: (check.title, check.says) for check in checks}
     assert check_label("test_todo2_tail", titles) == "TODO 2 · 尾块"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "student_id;score\n2023001;100\n".encode(),
+        "student_id\tscore\n2023001\t100\n".encode("utf-16"),
+    ],
+    ids=["semicolons", "unicode-text"],
+)
+def test_a_grades_csv_excel_resaved_with_semicolons_or_tabs_says_how_to_save_it(tmp_path, data):
+    # The instructor adds a column in Excel and saves; a KeyError traceback, before any grading.
+    (tmp_path / "grades.csv").write_bytes(data)
+    with pytest.raises(UnreadableCsv, match="has no student_id column.*CSV UTF-8"):
+        read_grades(tmp_path / "grades.csv")

@@ -19,6 +19,7 @@ from grader.kit.authoring.examples import filled_submission
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from grader.kit.intake.inventory import ExportCollector, IntakeError, discover
 from grader.kit.intake.layouts import copy_number
+from grader.kit.intake.roster import Roster
 from grader.kit.paths import page_name
 from tests.conftest import NB, autograde, read_nb, write
 
@@ -534,3 +535,48 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
     assert "2023002" not in rows and rows["123457"]["score"] == rows["123457"]["max_score"]
     assert not (report / "feedback" / "2023002.html").exists()
     assert "replacing what the previous run" in run.stderr and "2023002" in run.stderr
+
+
+def test_a_roster_whose_ids_pandas_wrote_as_floats_reads_2025001_0_as_2025001(tmp_path):
+    # `2025001.0` matched no file name: every file was "not on the roster", or, found by the
+    # name, graded as 2025001.0 and written so into moodle.csv's ID number.
+    roster = write(tmp_path, "roster.csv", "学号,lms_user_id\n2023003.0,12345.0\n2023004.0,\n")
+    write(tmp_path, "export/2023003_孙三.ipynb", NB)
+    with discover(tmp_path / "export", roster=roster) as intake:
+        assert found(intake)[0] == {"2023003_孙三.ipynb": ("2023003", False)}
+    assert Roster.read(roster).by_lms("12345") == "2023003"
+
+
+def test_a_roster_in_excels_scientific_notation_says_how_to_save_the_column_as_text(tmp_path):
+    # Excel saves a 12-digit 学号 in a narrow column as it shows it: every id becomes 2.02501E+11.
+    roster = write(tmp_path, "roster.csv", "学号,姓名\n2.02501E+11,张三\n2.02501E+11,李四\n")
+    with pytest.raises(IntakeError, match=r"line 2: student_id '2\.02501E\+11'.*“文本”"):
+        Roster.read(roster)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "学号\t姓名\r\n2023003\t孙三\r\n".encode("utf-16"),  # Excel's "Unicode 文本"
+        "学号\t姓名\n2023003\t孙三\n".encode("gbk"),  # "文本文件(制表符分隔)"
+        "学号;姓名\n2023003;孙三\n".encode("utf-8-sig"),  # where a comma is the decimal mark
+    ],
+    ids=["unicode-text", "gbk-tabs", "semicolons"],
+)
+def test_a_roster_saved_with_tabs_or_semicolons_or_as_unicode_text_is_read(tmp_path, data):
+    (tmp_path / "roster.txt").write_bytes(data)
+    assert Roster.read(tmp_path / "roster.txt").rows[0] == {
+        "student_id": "2023003",
+        "name": "孙三",
+        "lms_user_id": "",
+        "username": "",
+        "email": "",
+    }
+
+
+def test_an_excel_workbook_passed_as_the_roster_says_save_it_as_csv(tmp_path):
+    make_zip(
+        tmp_path / "roster.xlsx", {"[Content_Types].xml": "<Types/>", "xl/workbook.xml": "<w/>"}
+    )
+    with pytest.raises(IntakeError, match="is an Excel workbook, not a CSV file.*CSV UTF-8"):
+        Roster.read(tmp_path / "roster.xlsx")

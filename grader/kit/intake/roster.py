@@ -19,12 +19,19 @@ Headers are compared with case, spaces, `_`, `-`, `/` and a trailing `*` dropped
 field, the one listed first in `HEADER_NAMES` wins (the kit's own name first) and the other is
 ignored: a Canvas export's `SIS User ID` is the student id, its `ID` the Canvas user id. A title
 line above the header (a 教务系统's "2026 秋季学期 … 学生名单") is skipped: the header is the first
-of the first `HEADER_SEARCH` lines that names a student id.
+of the first `HEADER_SEARCH` lines that names a student id. Columns may be separated by commas,
+tabs (Excel's "Unicode 文本" and "文本文件(制表符分隔)") or semicolons (Excel where a comma is the
+decimal mark): the first of them whose header names a student id is used.
+
+An id as Excel or pandas wrote a number: `2025001.0` is read as `2025001` (a file name and an
+LMS carry the digits alone); `2.02501E+11` (Excel's display of a long number in a narrow
+column, the digits lost) stops the run with how to save the column as text.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +62,10 @@ HEADER_NAMES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 FIELDS = ("student_id", "name", "lms_user_id", "username", "email")
 HEADER_SEARCH = 5
+DELIMITERS = (",", "\t", ";")
+# A number as a float: `2025001.0` (pandas, a float column); as Excel shows a long one: `2.02501E+11`.
+FLOAT_ID = re.compile(r"^(\d+)\.0+$")
+SCIENTIFIC_ID = re.compile(r"^\d(?:\.\d+)?E\+\d+$", re.IGNORECASE)
 
 
 def header_key(text: str) -> str:
@@ -90,6 +101,20 @@ def find_header(lines: list[list[str]]) -> tuple[int, dict[str, int]] | None:
     return None
 
 
+def read_lines(text: str) -> tuple[list[tuple[int, list[str]]], tuple | None]:
+    """(line number, cells) of every line not blank, and `find_header`'s answer, split at the
+    first of `DELIMITERS` whose lines have a header naming a student id (else at commas)."""
+    first = None
+    for delimiter in DELIMITERS:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        numbered = [(reader.line_num, line) for line in reader if any(map(str.strip, line))]
+        found = find_header([line for _, line in numbered])
+        if found is not None:
+            return numbered, found
+        first = first or (numbered, None)
+    return first
+
+
 def person(line: list[str], columns: dict[str, int]) -> dict[str, str]:
     """One roster row as {field: value} (FIELDS), the split name joined where there is no whole one."""
 
@@ -98,6 +123,9 @@ def person(line: list[str], columns: dict[str, int]) -> dict[str, str]:
         return line[index].strip() if index is not None and index < len(line) else ""
 
     row = {field: cell(field) for field in FIELDS}
+    for key in ("student_id", "lms_user_id"):
+        if found := FLOAT_ID.match(row[key]):
+            row[key] = found[1]
     if not row["name"]:
         first, last = cell("first_name"), cell("last_name")
         cjk = not (first + last).isascii()
@@ -127,10 +155,8 @@ class Roster:
         except UnreadableCsv as error:  # neither UTF-8 nor GBK
             raise RosterError(str(error).removeprefix("error: ")) from None
         with handle:
-            reader = csv.reader(handle)  # (its line number, the line) of every line not blank
-            numbered = [(reader.line_num, line) for line in reader if any(map(str.strip, line))]
+            numbered, found = read_lines(handle.read())
         lines = [line for _, line in numbered]
-        found = find_header(lines)
         if found is None:
             raise RosterError(
                 f"roster {path} has no student id column (its first line is {lines[:1]}): the "
@@ -140,6 +166,14 @@ class Roster:
         at, columns = found
         rows = [person(line, columns) for line in lines[at + 1 :]]
         numbers = {row["student_id"]: line for (line, _), row in zip(numbered[at + 1 :], rows)}
+        for (line, _), row in zip(numbered[at + 1 :], rows):
+            for key in ("student_id", "lms_user_id"):
+                if SCIENTIFIC_ID.match(row[key]):
+                    raise RosterError(
+                        f"roster {path}, line {line}: {key} {row[key]!r} is a number as Excel shows "
+                        "it in a narrow column, its digits lost. 在 Excel 里选中这一列，设置单元格格式为"
+                        "“文本”（或“数值”、0 位小数），确认显示出完整的学号后再另存为 CSV UTF-8，再运行一次"
+                    )
         for key in ("student_id", "lms_user_id", "username"):
             seen = {}
             for (line, _), row in zip(numbered[at + 1 :], rows):

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from .. import paths
 from ..authoring.nbsource import PARTS, todo_number
+from ..errors import UnreadableCsv
 from ..intake.normalize import repairs_summary
 from .formats import open_csv, write_csv
 from .overrides import OVERRIDE_COLUMNS, apply_overrides, read_overrides
@@ -128,6 +129,12 @@ def read_grades(path: Path) -> tuple[list[str], dict[str, dict]]:
         return [], {}
     with open_csv(path) as handle:
         reader = csv.DictReader(handle)
+        if "student_id" not in (reader.fieldnames or []):  # saved by Excel with tabs or `;`
+            raise UnreadableCsv(
+                f"error: {path} has no student_id column (its header: {reader.fieldnames}): save "
+                'it from Excel as "CSV UTF-8（逗号分隔）", or move it away to start a new one '
+                "(nothing was graded)"
+            )
         return list(reader.fieldnames or []), {row["student_id"]: row for row in reader}
 
 
