@@ -285,9 +285,12 @@ def assign(
     by_student: dict[str, list] = {}
     readings = [collector.read(parts, source, sink.gradescope) for _, source, parts in sink.found]
     teams = any(r["layout"] == "Moodle (team submission)" for r in readings)
+    shared = layouts.shared_file_names([parts for _, _, parts in sink.found])
     for (path, source, parts), reading in zip(sink.found, readings):
         if teams and reading["layout"] == "Moodle":
             reading = layouts.as_team(reading)
+        if reading["layout"] == "plain" and parts in shared:
+            reading = layouts.as_folder(reading, parts)
         reading["when"], unread = when_of(reading, path)
         identity = identify(reading, parts, roster)
         if identity.student_id is None:

@@ -220,32 +220,48 @@ class Roster:
 
         An id (or a `username`, or an `lms_user_id` that is not only digits) counts where no
         other letter or digit of the Latin alphabet touches it (`2025001_张三`, `李四-2025002`,
-        `2025003王小明`, `li_wei5_作业`); a Chinese name counts anywhere in the
-        text, a Latin name as whole words (`Zhang San`, `zhang_san`, `ZhangSan`).
+        `2025003王小明`, `li_wei5_作业`); an id of digits shorter than `SEARCHED_DIGITS` is not
+        searched (第34章, a date's 12, a copy's (2) would read as one). A Chinese name counts
+        anywhere in the text, but not inside a longer roster name found there (张三 in 张三丰);
+        a Latin name as whole words (`Zhang San`, `zhang_san`, `ZhangSan`).
         """
         by_id, by_name = set(), set()
         words = re.split(r"[^0-9A-Za-z]+", text.casefold())
         squashed = simplified(text)
+        chinese = []
         for row in self.rows:
             sid = row["student_id"]
             # An LMS number alone is not searched: a time stamp's digits could read as one.
             keys = [sid, *(k for k in account_keys(row) if not k.isdigit())]
-            if any(whole_in(key, text) for key in keys):
+            if any(searchable(key) and whole_in(key, text) for key in keys):
                 by_id.add(sid)
             name = row.get("name", "")
             if not simplified(name):
                 continue
             if not name.isascii():
-                if simplified(name) in squashed:
-                    by_name.add(sid)
+                chinese.append((simplified(name), sid))
             elif simplified(name) in words or _words_in(name, words):
                 by_name.add(sid)
+        for name, sid in sorted(chinese, key=lambda pair: -len(pair[0])):  # the longest first
+            if name in squashed:
+                by_name.add(sid)
+                squashed = squashed.replace(name, "\0")  # 张三丰 found: its 张三 is no one else
+            elif any(name == other for other, found in chinese if found in by_name):
+                by_name.add(sid)  # a name two students share stays ambiguous
         return sorted(by_id), sorted(by_name)
 
 
 def account_keys(row: dict) -> set[str]:
     """The LMS's names of a roster row's person: its `lms_user_id` and `username`, as written."""
     return {row.get(key, "") for key in ("lms_user_id", "username")} - {""}
+
+
+SEARCHED_DIGITS = 4
+
+
+def searchable(key: str) -> bool:
+    """Whether `key` is looked for inside a name: not a number of fewer than SEARCHED_DIGITS."""
+    return not (key.isdigit() and len(key) < SEARCHED_DIGITS)
 
 
 def whole_in(key: str, text: str) -> bool:
