@@ -12,6 +12,7 @@ documentation and the LMSs' help pages show them.
 
 import csv
 import re
+import unicodedata
 import zipfile
 
 import pytest
@@ -310,6 +311,17 @@ def test_a_short_roster_id_is_not_found_in_a_chapter_number_nor_a_name_in_a_long
     with discover(export, roster=roster(tmp_path, class_)) as intake:
         assert graded(intake) == {"35_张三丰.ipynb": "35", "王伟东.ipynb": "37", "王伟.ipynb": "36"}
         assert list(unknown(intake)) == ["第34章作业.ipynb"]
+
+
+def test_an_id_in_full_width_digits_and_a_name_macos_decomposed_are_found_on_the_roster(tmp_path):
+    # A Chinese IME in full-width mode types ２０２５００１; macOS's Archive Utility stores é as
+    # e + U+0301. Both were "not on the roster".
+    export = tmp_path / "export"
+    write(export, "２０２５００２_ch34.ipynb")
+    write(export, unicodedata.normalize("NFD", "José Müller.ipynb"))
+    class_ = "student_id,name\n2025002,李四\n2025003,José Müller\n"
+    with discover(export, roster=roster(tmp_path, class_)) as intake:
+        assert sorted(graded(intake).values()) == ["2025002", "2025003"]
 
 
 def test_two_students_named_alike_in_a_moodle_export_are_told_apart_by_the_participant_number(

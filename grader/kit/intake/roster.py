@@ -33,6 +33,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,6 +124,8 @@ def person(line: list[str], columns: dict[str, int]) -> dict[str, str]:
         return line[index].strip() if index is not None and index < len(line) else ""
 
     row = {field: cell(field) for field in FIELDS}
+    for key in ("student_id", "lms_user_id", "username"):  # ids compared as file names give them
+        row[key] = folded(row[key])
     for key in ("student_id", "lms_user_id"):
         if found := FLOAT_ID.match(row[key]):
             row[key] = found[1]
@@ -202,11 +205,12 @@ class Roster:
 
     def by_account(self, key: str) -> str | None:
         """The student whose `lms_user_id` or `username` is `key`, whole, or None."""
+        key = folded(key)
         return next((r["student_id"] for r in self.rows if key and key in account_keys(r)), None)
 
     def by_id(self, key: str) -> str | None:
         """The student whose `student_id` is `key`, or None."""
-        return next((r["student_id"] for r in self.rows if r["student_id"] == key), None)
+        return next((r["student_id"] for r in self.rows if r["student_id"] == folded(key)), None)
 
     def by_name(self, token: str) -> list[str]:
         """Every student whose name, email or email's local part is `token` (simplified)."""
@@ -225,7 +229,7 @@ class Roster:
         anywhere in the text, but not inside a longer roster name found there (张三 in 张三丰);
         a Latin name as whole words (`Zhang San`, `zhang_san`, `ZhangSan`).
         """
-        by_id, by_name = set(), set()
+        by_id, by_name, text = set(), set(), folded(text)
         words = re.split(r"[^0-9A-Za-z]+", text.casefold())
         squashed = simplified(text)
         chinese = []
@@ -277,10 +281,16 @@ def person_keys(row: dict) -> set[str]:
 
 def _words_in(name: str, words: list[str]) -> bool:
     """Whether the words of the Latin `name` come one after another among `words`."""
-    parts = [w for w in re.split(r"[^0-9a-z]+", name.casefold()) if w]
+    parts = [w for w in re.split(r"[^0-9a-z]+", folded(name).casefold()) if w]
     return any(words[at : at + len(parts)] == parts for at in range(len(words)))
 
 
 def simplified(text: str) -> str:
     """Case, spaces and punctuation dropped: "Zhang San" and "zhangsan" compare equal."""
-    return "".join(ch for ch in text.casefold() if ch.isalnum())
+    return "".join(ch for ch in folded(text).casefold() if ch.isalnum())
+
+
+def folded(text: str) -> str:
+    """`text` in Unicode's NFKC form: a name macOS zipped (decomposed é), an id typed in
+    full-width digits (２０２５００１) compare equal to the roster's."""
+    return unicodedata.normalize("NFKC", text)
