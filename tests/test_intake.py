@@ -260,6 +260,26 @@ def test_a_zip_made_on_chinese_windows_keeps_its_gbk_names(tmp_path):
     assert named == [("张三.ipynb", "张三")]
 
 
+def test_a_students_zip_with_gbk_names_under_the_utf8_flag_is_read(tmp_path):
+    # Some zippers set the UTF-8 flag (bit 11) over GBK names; zipfile refused the whole zip with
+    # a UnicodeDecodeError traceback, and one student's zip inside a Moodle export ended the run.
+    gbk = "王五".encode("gbk")
+    placeholder = b"X" * len(gbk)
+    inner = make_zip(tmp_path / "inner.zip", {placeholder.decode() + "_2023001.ipynb": NB})
+    data = bytearray(inner.read_bytes().replace(placeholder, gbk))
+    for flags_at in (6, data.find(b"PK\x01\x02") + 8):
+        data[flags_at + 1] |= 0x08
+    export = make_zip(
+        tmp_path / "export.zip",
+        {"王五_103_assignsubmission_file/王五.zip": bytes(data), "2023002.ipynb": NB},
+    )
+    with discover(export) as intake:
+        assert found(intake)[0] == {
+            "王五_103_assignsubmission_file/王五.zip/王五_2023001.ipynb": ("103", False),
+            "2023002.ipynb": ("2023002", False),
+        }
+
+
 def test_a_zip_cannot_write_outside_its_folder(tmp_path):
     archive = make_zip(tmp_path / "evil.zip", {"../../2023001.ipynb": NB, "/abs/x.ipynb": NB})
     with discover(archive) as intake:

@@ -4,7 +4,8 @@
 (`collect(parts)` says whether a name is one) and `sink.skip(source, why, debris[, parts])` for
 every other file, with why (`parts` for a file an LMS may have named after its student). The export is never modified: zips are extracted below `sink.scratch`,
 keeping their files' times; a name that climbs out of its folder is cut back. A zip made on a
-Chinese Windows stores GBK names without saying so; they are read as such, and so are the GBK
+Chinese Windows stores GBK names without saying so (or, from some zippers, under the UTF-8
+flag); they are read as such, and so are the GBK
 names of a folder such a zip was unzipped into on Linux (`readable`).
 
 One member that cannot be extracted never costs the rest of its zip (`extract`): a member that is
@@ -20,10 +21,12 @@ of each (its own YAML is plain enough for a line reader), and `sink.gradescope` 
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
 import stat
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -124,7 +127,7 @@ def extract(archive: Path, into: Path) -> list[tuple[str, str]]:
     into.mkdir(parents=True, exist_ok=True)
     limit = name_limit(into)
     left_out = []
-    with zipfile.ZipFile(archive) as zipped:
+    with open_zip(archive) as zipped:
         for info in zipped.infolist():
             name = zip_name(info)
             parts = [
@@ -137,6 +140,35 @@ def extract(archive: Path, into: Path) -> list[tuple[str, str]]:
             if why := extract_member(zipped, info, into.joinpath(*parts)):
                 left_out.append((name.rstrip("/"), why))
     return left_out
+
+
+def open_zip(archive: Path) -> zipfile.ZipFile:
+    """The archive, opened. Some zippers set the UTF-8 flag over names they wrote in GBK, which
+    zipfile refuses as a whole; such a zip is read with the flag cleared (`zip_name` then reads
+    the GBK)."""
+    try:
+        return zipfile.ZipFile(archive)
+    except UnicodeDecodeError:
+        return zipfile.ZipFile(io.BytesIO(without_utf8_flag(archive.read_bytes())))
+
+
+def without_utf8_flag(data: bytes) -> bytes:
+    """`data`, a zip, with the UTF-8 flag (bit 11) cleared in its central directory's headers
+    and in the local header each of them points at."""
+    data, end = bytearray(data), data.rfind(b"PK\x05\x06")
+    if end < 0:
+        raise zipfile.BadZipFile("no end of central directory")
+    size, offset = struct.unpack_from("<II", data, end + 12)
+    at, shift = end - size, end - size - offset  # shift: bytes before the zip (a stub)
+    while at >= 0 and data[at : at + 4] == b"PK\x01\x02":
+        (local,) = struct.unpack_from("<I", data, at + 42)
+        for flags_at in (at + 8, local + shift + 6):
+            if 0 <= flags_at < len(data) - 1:
+                (flags,) = struct.unpack_from("<H", data, flags_at)
+                struct.pack_into("<H", data, flags_at, flags & ~0x800)
+        name, extra, comment = struct.unpack_from("<HHH", data, at + 28)
+        at += 46 + name + extra + comment
+    return bytes(data)
 
 
 def extract_member(zipped: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path) -> str:
