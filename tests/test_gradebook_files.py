@@ -7,6 +7,7 @@ rows. `tests/test_gradebook_out.py` grades a real batch and checks the same file
 import csv
 import html
 import re
+import zipfile
 
 import nbformat
 import pytest
@@ -469,3 +470,25 @@ def test_a_grades_csv_excel_resaved_with_semicolons_or_tabs_says_how_to_save_it(
     (tmp_path / "grades.csv").write_bytes(data)
     with pytest.raises(UnreadableCsv, match="has no student_id column.*CSV UTF-8"):
         read_grades(tmp_path / "grades.csv")
+
+
+def test_a_students_zip_the_intake_cannot_open_is_his_unreadable_row_not_missing(tmp_path):
+    # 王五 handed in a zip with a password: his row said `missing` ("没有收到提交") and the LMS
+    # files told him so; it is his file, not read, for the instructor to look at.
+    inner = tmp_path / "work.zip"
+    with zipfile.ZipFile(inner, "w") as zipped:
+        zipped.writestr(NOTEBOOK, "{}")
+    data = bytearray(inner.read_bytes())
+    for flags_at in (6, data.find(b"PK\x01\x02") + 8):
+        data[flags_at] |= 1  # encrypted
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "王五_103_assignsubmission_file").mkdir()
+    (export / "王五_103_assignsubmission_file" / "work.zip").write_bytes(bytes(data))
+    people = write(tmp_path, "roster.csv", "学号,姓名,lms_user_id\n2025003,王五,103\n")
+    with discover(export, roster=people) as intake:
+        assert intake.missing() == []
+        (row,) = absent_rows(intake, set(), [("test_todo1_basic", 1.0)])
+    assert (row["status"], row["score"]) == ("unreadable", "")
+    assert row["source"] == f"王五_103_assignsubmission_file/work.zip/{NOTEBOOK}"
+    assert "encrypted" in row["reason"] and "2025003" in row["reason"]

@@ -47,7 +47,7 @@ from .identify import (
     write_choices,
 )
 from .roster import Roster
-from .unpack import DAMAGED, extract, readable, walk
+from .unpack import DAMAGED, NO_NOTEBOOK_IN_ZIP, NOT_EXTRACTED, extract, readable, walk
 
 UNKNOWN = "student unknown"
 NOT_GRADED = "not graded"
@@ -232,7 +232,7 @@ def discover(path, roster=None, pattern: str | None = None, choices=None) -> Int
                     "export again"
                 )
             for name, why in left_out:
-                sink.skip(name, why)
+                sink.skip(name, why, parts=tuple(name.split("/")))
             walk(intake.scratch / "export", sink, collector.is_notebook, depth=1)
         elif path.suffix.lower() == ".ipynb":
             sink.notebook(path, readable(path.name), (readable(path.name),))
@@ -240,14 +240,18 @@ def discover(path, roster=None, pattern: str | None = None, choices=None) -> Int
             raise IntakeError(f"{path} is neither a folder, a .zip nor a .ipynb file")
         intake.skipped += sink.skipped
         assign(sink, collector, table, intake, chosen)
-        for skipped, parts in sink.named:  # a text-only submission is still its student's
-            if not skipped.why.startswith("not a notebook"):
+        for (
+            skipped,
+            parts,
+        ) in sink.named:  # a text-only or unreadable submission is still its student's
+            if not skipped.why.startswith(("not a notebook", NO_NOTEBOOK_IN_ZIP, *NOT_EXTRACTED)):
                 continue
             if (reading := layouts.owner(parts)) and (who := identify(reading, parts, table)):
                 skipped.student_id = who.student_id or ""
                 if who.student_id:
-                    skipped.why += (
-                        f": {reading['layout']} file of {who.student_id}, nothing to grade"
+                    unread = skipped.why.startswith(NOT_EXTRACTED)
+                    skipped.why += f": {reading['layout']} file of {who.student_id}" + (
+                        ", to look at by hand" if unread else ", nothing to grade"
                     )
     except BaseException:
         intake.close()

@@ -40,6 +40,8 @@ DEBRIS_FILES = frozenset({".ds_store", "thumbs.db", "desktop.ini"})
 MAX_ZIP_DEPTH = 3
 GRADESCOPE_METADATA = "submission_metadata.yml"
 DAMAGED = "not extracted: damaged in the zip"  # a download cut short, or a damaged disk
+NOT_EXTRACTED = ("not extracted", "a damaged zip")  # how the whys of files not read begin
+NO_NOTEBOOK_IN_ZIP = "a zip with no notebook inside"
 
 
 def walk(folder: Path, sink, collect, parts=(), prefix="", depth=0) -> None:
@@ -87,15 +89,15 @@ def unzip(entry: Path, sink, collect, parts, source: str, depth: int) -> None:
     try:
         left_out = extract(entry, into)
     except (zipfile.BadZipFile, OSError, EOFError) as error:
-        sink.skip(source, f"a damaged zip ({error})")
+        sink.skip(source, f"a damaged zip ({error})", parts=(*parts, entry.name))
         return
-    for name, why in left_out:
-        sink.skip(f"{source}/{name}", why)
-    before = sink.count()
     # A zip stands for a folder of its own name (a student's 2023008.zip holds their work).
+    for name, why in left_out:
+        sink.skip(f"{source}/{name}", why, parts=(*parts, entry.stem, *name.split("/")))
+    before = sink.count()
     walk(into, sink, collect, (*parts, entry.stem), source + "/", depth + 1)
-    if sink.count() == before:
-        sink.skip(source, "a zip with no notebook inside")
+    if sink.count() == before and not left_out:
+        sink.skip(source, NO_NOTEBOOK_IN_ZIP, parts=(*parts, entry.name))
 
 
 def gradescope_ids(path: Path) -> dict[str, tuple[list[str], datetime | None]]:
