@@ -301,6 +301,22 @@ def test_one_file_name_in_every_students_folder_is_read_by_the_folder(tmp_path):
         assert list(unknown(intake)) == ["作业收集/第34章_前缀缓存.ipynb"]
 
 
+def test_one_students_file_in_two_rounds_folders_stays_his(tmp_path):
+    # Not a name every student's folder holds: an id in the name, and folders of several files.
+    export = tmp_path / "export"
+    write(export, "第一次提交/2025001.ipynb", mtime=1_780_000_000)
+    write(export, "第二次提交/2025001.ipynb", mtime=1_780_000_100)
+    for name in ("张三", "李四"):
+        write(export, f"第一次/{name}.ipynb", mtime=1_780_000_000)
+        write(export, f"第二次/{name}.ipynb", mtime=1_780_000_100)
+    with discover(export) as intake:
+        assert graded(intake) == {
+            "第二次提交/2025001.ipynb": "2025001",
+            "第二次/张三.ipynb": "张三",
+            "第二次/李四.ipynb": "李四",
+        }
+
+
 def test_a_short_roster_id_is_not_found_in_a_chapter_number_nor_a_name_in_a_longer_one(tmp_path):
     # Ids 1..40 of a small class: 第34章作业 was graded as student 34's. 张三 inside 张三丰 made
     # 35_张三丰 "name more than one roster student", and 王伟东 "a name two students share".

@@ -91,14 +91,24 @@ def read_name(parts: tuple[str, ...]) -> dict:
 
 
 def shared_file_names(paths: list[tuple[str, ...]]) -> set[tuple[str, ...]]:
-    """The notebooks whose file name is also the name of a notebook in a sibling folder:
-    `张三/第34章_前缀缓存.ipynb` beside `李四/第34章_前缀缓存.ipynb`. Such a name is the
-    assignment's, not a person's; each file's folder is its student's (`as_folder`)."""
+    """The notebooks whose file name is also the name of a notebook in sibling folders that
+    look like one person's each: `张三/第34章_前缀缓存.ipynb` beside `李四/第34章_前缀缓存.ipynb`.
+    Such a name is the assignment's, not a person's; each file's folder is its student's
+    (`as_folder`). Not so where the name holds a number of four digits or more (an id:
+    `第一次提交/2025001.ipynb` beside `第二次提交/2025001.ipynb` are one student's two rounds), nor
+    where a folder holds as many notebooks as there are such folders (a round's, a class's)."""
     folders: dict[tuple, set[str]] = {}
+    held: dict[tuple, int] = {}
     for parts in paths:
-        if len(parts) >= 2:
+        held[parts[:-1]] = held.get(parts[:-1], 0) + 1
+        if len(parts) >= 2 and not re.search(r"\d{4}", parts[-1]):
             folders.setdefault((parts[:-2], parts[-1]), set()).add(parts[-2])
-    return {p for p in paths if len(p) >= 2 and len(folders[(p[:-2], p[-1])]) > 1}
+
+    def shared(parts: tuple[str, ...]) -> bool:
+        siblings = folders.get((parts[:-2], parts[-1]), set()) if len(parts) >= 2 else set()
+        return len(siblings) > 1 and all(held[(*parts[:-2], f)] < len(siblings) for f in siblings)
+
+    return {parts for parts in paths if shared(parts)}
 
 
 def as_folder(reading: dict, parts: tuple[str, ...]) -> dict:
