@@ -600,3 +600,21 @@ def test_an_excel_workbook_passed_as_the_roster_says_save_it_as_csv(tmp_path):
     )
     with pytest.raises(IntakeError, match="is an Excel workbook, not a CSV file.*CSV UTF-8"):
         Roster.read(tmp_path / "roster.xlsx")
+
+
+def test_a_report_written_inside_the_export_is_not_read_as_submissions(tmp_path):
+    # make autograde SUBMISSIONS=作业/ REPORT=作业/report, then again: the second run graded the
+    # kit's own autograded copies (report/nbgrader/autograded/<id>/…), newer than the students'.
+    export = tmp_path / "作业"
+    write(export, "2023001.ipynb", NB)
+    report = export / "report"
+    write(
+        report,
+        "intake.csv",
+        "\ufefffile,student_id,outcome,why,late\n2023001.ipynb,2023001,graded,,no\n",
+    )
+    write(report, f"nbgrader/autograded/2023001/{NOTEBOOK_NAME[:-6]}/{NOTEBOOK_NAME}", NB)
+    with discover(export) as intake:
+        graded, skipped = found(intake)
+    assert graded == {"2023001.ipynb": ("2023001", False)}
+    assert list(skipped) == ["report/"] and "a report this kit wrote" in skipped["report/"]

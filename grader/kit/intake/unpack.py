@@ -14,6 +14,9 @@ another member already took (the same name twice, a `../` cut back onto a file, 
 folder is) is reported with why; a name longer than the file system allows is shortened in its
 middle.
 
+A REPORT this kit wrote inside the export (`make autograde SUBMISSIONS=作业/ REPORT=作业/report`)
+is one skipped line, never read: its autograded notebooks are no submissions.
+
 Gradescope's "Export Submissions" holds `submission_metadata.yml` beside one
 `submission_<id>/` folder per submission; `gradescope_ids(folder)` reads the submitters' `:sid:`
 of each (its own YAML is plain enough for a line reader), and `sink.gradescope` keeps them.
@@ -21,6 +24,7 @@ of each (its own YAML is plain enough for a line reader), and `sink.gradescope` 
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 import re
@@ -33,6 +37,7 @@ import zlib
 from datetime import datetime
 from pathlib import Path
 
+from ..paths import INTAKE
 from .layouts import BLACKBOARD
 
 DEBRIS_DIRS = frozenset({"__MACOSX", ".ipynb_checkpoints", "__pycache__", ".git"})
@@ -54,6 +59,8 @@ def walk(folder: Path, sink, collect, parts=(), prefix="", depth=0) -> None:
         source, here = prefix + name, (*parts, name)
         if entry.is_symlink():
             sink.skip(source, "a symbolic link (not followed)")
+        elif entry.is_dir() and is_report(entry):
+            sink.skip(source + "/", "a report this kit wrote (REPORT=), not submissions: not read")
         elif entry.is_dir() and entry.name in DEBRIS_DIRS:
             for inner in sorted(p for p in entry.rglob("*") if not p.is_dir()):
                 where = source + "/" + inner.relative_to(entry).as_posix()
@@ -68,6 +75,16 @@ def walk(folder: Path, sink, collect, parts=(), prefix="", depth=0) -> None:
             sink.notebook(entry, source, here)
         else:
             sink.skip(source, *other_file(entry), parts=here)
+
+
+def is_report(folder: Path) -> bool:
+    """Whether `folder` is a REPORT this kit wrote (its intake.csv): REPORT inside SUBMISSIONS
+    would have the next run grade the kit's own autograded copies."""
+    try:
+        with (folder / INTAKE).open("rb") as handle:
+            return handle.read(64).removeprefix(codecs.BOM_UTF8).startswith(b"file,student_id,")
+    except OSError:
+        return False
 
 
 def other_file(entry: Path) -> tuple[str, bool]:
