@@ -618,3 +618,17 @@ def test_a_report_written_inside_the_export_is_not_read_as_submissions(tmp_path)
         graded, skipped = found(intake)
     assert graded == {"2023001.ipynb": ("2023001", False)}
     assert list(skipped) == ["report/"] and "a report this kit wrote" in skipped["report/"]
+
+
+def test_a_symbolic_link_in_a_zip_is_listed_not_read_as_a_notebook(tmp_path):
+    # zipfile writes a link member as a file holding its target: 2023001 got invalid_json, 0.
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        link = zipfile.ZipInfo("2023001.ipynb")
+        link.external_attr, link.create_system = 0o120777 << 16, 3
+        zipped.writestr(link, "/etc/passwd")
+        zipped.writestr("2023002.ipynb", NB)
+    with discover(archive) as intake:
+        graded, skipped = found(intake)
+    assert graded == {"2023002.ipynb": ("2023002", False)}
+    assert skipped == {"2023001.ipynb": "a symbolic link in the zip (not followed)"}
