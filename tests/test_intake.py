@@ -632,3 +632,12 @@ def test_a_symbolic_link_in_a_zip_is_listed_not_read_as_a_notebook(tmp_path):
         graded, skipped = found(intake)
     assert graded == {"2023002.ipynb": ("2023002", False)}
     assert skipped == {"2023001.ipynb": "a symbolic link in the zip (not followed)"}
+
+
+def test_a_roster_from_a_school_system_with_six_title_lines_finds_its_header(tmp_path):
+    # Only the first 5 lines were searched: "has no student id column", listing the headers.
+    titles = "XX大学学生名单\n课程名称：深度学习系统\n任课教师：王老师\n学期：2026 秋\n班级：计科1班\n选课人数：2\n"
+    roster = write(
+        tmp_path, "roster.csv", titles + "序号,学号,姓名\n1,2023003,孙三\n2,2023004,周四\n"
+    )
+    assert [row["student_id"] for row in Roster.read(roster).rows] == ["2023003", "2023004"]

@@ -62,7 +62,7 @@ HEADER_NAMES: dict[str, tuple[str, ...]] = {
     "last_name": ("Last name", "姓", "Surname", "Family name"),
 }  # fmt: skip
 FIELDS = ("student_id", "name", "lms_user_id", "username", "email")
-HEADER_SEARCH = 5
+HEADER_SEARCH = 12  # a 教务系统 export: school, course, teacher, term, class, count… above it
 DELIMITERS = (",", "\t", ";")
 # A number as a float: `2025001.0` (pandas, a float column); as Excel shows a long one: `2.02501E+11`.
 FLOAT_ID = re.compile(r"^(\d+)\.0+$")
