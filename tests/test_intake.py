@@ -641,3 +641,14 @@ def test_a_roster_from_a_school_system_with_six_title_lines_finds_its_header(tmp
         tmp_path, "roster.csv", titles + "序号,学号,姓名\n1,2023003,孙三\n2,2023004,周四\n"
     )
     assert [row["student_id"] for row in Roster.read(roster).rows] == ["2023003", "2023004"]
+
+
+def test_a_roster_with_a_footer_line_of_no_person_reads_its_students(tmp_path):
+    # A 教务系统's `共 2 人` under the 序号 column: "line 5: the student_id is empty".
+    text = "序号,学号,姓名\n1,2023003,孙三\n2,2023004,周四\n共 2 人,,\n打印时间：2026-12-01,,\n"
+    assert [row["student_id"] for row in Roster.read(write(tmp_path, "r.csv", text)).rows] == [
+        "2023003",
+        "2023004",
+    ]
+    with pytest.raises(IntakeError, match="line 3: the student_id is empty"):
+        Roster.read(write(tmp_path, "r.csv", "学号,姓名\n2023003,孙三\n,周四\n"))

@@ -167,9 +167,10 @@ class Roster:
                 f"Accepted headers (docs/grading.md): {accepted()}"
             )
         at, columns = found
-        rows = [person(line, columns) for line in lines[at + 1 :]]
-        numbers = {row["student_id"]: line for (line, _), row in zip(numbered[at + 1 :], rows)}
-        for (line, _), row in zip(numbered[at + 1 :], rows):
+        # A line that names no person (a 教务系统's footer: `共 45 人`, `打印时间：…`) is no student.
+        people = [(n, person(line, columns)) for n, line in numbered[at + 1 :]]
+        people = [(line, row) for line, row in people if any(row.values())]
+        for line, row in people:
             for key in ("student_id", "lms_user_id"):
                 if SCIENTIFIC_ID.match(row[key]):
                     raise RosterError(
@@ -179,7 +180,7 @@ class Roster:
                     )
         for key in ("student_id", "lms_user_id", "username"):
             seen = {}
-            for (line, _), row in zip(numbered[at + 1 :], rows):
+            for line, row in people:
                 value = row.get(key, "")
                 if key == "student_id" and not value:
                     raise RosterError(f"roster {path}, line {line}: the student_id is empty")
@@ -188,6 +189,8 @@ class Roster:
                         f"roster {path}: {key} {value!r} appears on lines {seen[value]} and {line}"
                     )
                 seen[value] = line
+        rows = [row for _, row in people]
+        numbers = {row["student_id"]: line for line, row in people}
         return cls(rows, numbers)
 
     def described(self, student_id: str) -> str:
