@@ -322,6 +322,8 @@ def test_one_member_a_zip_cannot_extract_is_listed_and_the_rest_of_the_zip_grade
             "2023004.ipynb/ch34_prefix_cache.ipynb": NB,
             # a name longer than the file system's 255 bytes (Chinese: 3 bytes a character)
             "2023005_" + "第三十四章前缀缓存作业" * 9 + ".ipynb": NB,
+            # a path over Linux's 4096 bytes, each of its names short enough
+            "/".join(["d" * 200] * 25) + "/2023006.ipynb": NB,
         },
     )
     roster = write(tmp_path, "roster.csv", "学号\n2023001\n2023002\n2023003\n2023004\n2023005\n")
@@ -337,6 +339,7 @@ def test_one_member_a_zip_cannot_extract_is_listed_and_the_rest_of_the_zip_grade
     )
     assert "same path" in skipped["../2023004.ipynb"]
     assert "a file and a folder" in skipped["2023004.ipynb/ch34_prefix_cache.ipynb"]
+    assert "path is longer" in skipped["/".join(["d" * 200] * 25) + "/2023006.ipynb"]
 
 
 def test_a_damaged_member_of_the_export_says_download_it_again(tmp_path):

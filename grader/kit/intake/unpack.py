@@ -25,6 +25,7 @@ of each (its own YAML is plain enough for a line reader), and `sink.gradescope` 
 from __future__ import annotations
 
 import codecs
+import errno
 import io
 import os
 import re
@@ -207,6 +208,10 @@ def extract_member(zipped: zipfile.ZipFile, info: zipfile.ZipInfo, target: Path)
             shutil.copyfileobj(src, dst)
     except (FileExistsError, NotADirectoryError, IsADirectoryError):
         return "not extracted: a file and a folder of the zip have the same path"
+    except OSError as error:
+        if error.errno != errno.ENAMETOOLONG:
+            raise
+        return "not extracted: its path is longer than the file system allows; extract it by hand"
     except NotImplementedError:
         return (
             f"not extracted: compressed by a method Python cannot read (zip method "
