@@ -7,13 +7,14 @@ rows. `tests/test_gradebook_out.py` grades a real batch and checks the same file
 import csv
 import html
 import re
+import zipfile
 
 import nbformat
 import pytest
 
 from grader.kit.authoring.checkcells import check_label, check_titles, declarations, grade_cell
 from grader.kit.authoring.nbsource import ASSIGNMENT, PARTS, part_of, todo_number
-from grader.kit.errors import BadOverrides, RosterError
+from grader.kit.errors import BadOverrides, RosterError, UnreadableCsv
 from grader.kit.grading.outcome import Outcome
 from grader.kit.intake.inventory import discover
 from grader.kit.intake.roster import HEADER_NAMES, Roster
@@ -26,6 +27,7 @@ from grader.kit.report.grades import (
     fmt,
     outcome_row,
     part_columns,
+    read_grades,
     read_overrides,
     summary_table,
     write_grades,
@@ -228,7 +230,9 @@ def test_summary_says_in_chinese_which_of_a_students_notebooks_was_graded(tmp_pa
     with discover(export, roster=roster) as intake:
         summary.write_summary(tmp_path / "summary.html", [], COLUMNS, intake=intake)
     text = page_text((tmp_path / "summary.html").read_text(encoding="utf-8"))
-    assert "2025001: 交了 2 个 notebook，评 2025001_张三_final.ipynb：最新的那个（按文件时间）" in text
+    assert (
+        "2025001: 交了 2 个 notebook，评 2025001_张三_final.ipynb：最新的那个（按文件时间）" in text
+    )
     assert "没评：2025001_张三_草稿.ipynb" in text and "CHOICES=REPORT/choices.csv" in text
     assert re.search(r"同一学生的另一个 notebook.*\s1\s+2025001_张三_草稿\.ipynb", text)
 
@@ -451,3 +455,40 @@ def test_check_titles_read_back_every_header_the_build_writes():
     titles = check_titles(nb)
     assert titles == {check.grade_id: (check.title, check.says) for check in checks}
     assert check_label("test_todo2_tail", titles) == "TODO 2 · 尾块"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "student_id;score\n2023001;100\n".encode(),
+        "student_id\tscore\n2023001\t100\n".encode("utf-16"),
+    ],
+    ids=["semicolons", "unicode-text"],
+)
+def test_a_grades_csv_excel_resaved_with_semicolons_or_tabs_says_how_to_save_it(tmp_path, data):
+    # The instructor adds a column in Excel and saves; a KeyError traceback, before any grading.
+    (tmp_path / "grades.csv").write_bytes(data)
+    with pytest.raises(UnreadableCsv, match="has no student_id column.*CSV UTF-8"):
+        read_grades(tmp_path / "grades.csv")
+
+
+def test_a_students_zip_the_intake_cannot_open_is_his_unreadable_row_not_missing(tmp_path):
+    # 王五 handed in a zip with a password: his row said `missing` ("没有收到提交") and the LMS
+    # files told him so; it is his file, not read, for the instructor to look at.
+    inner = tmp_path / "work.zip"
+    with zipfile.ZipFile(inner, "w") as zipped:
+        zipped.writestr(NOTEBOOK, "{}")
+    data = bytearray(inner.read_bytes())
+    for flags_at in (6, data.find(b"PK\x01\x02") + 8):
+        data[flags_at] |= 1  # encrypted
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "王五_103_assignsubmission_file").mkdir()
+    (export / "王五_103_assignsubmission_file" / "work.zip").write_bytes(bytes(data))
+    people = write(tmp_path, "roster.csv", "学号,姓名,lms_user_id\n2025003,王五,103\n")
+    with discover(export, roster=people) as intake:
+        assert intake.missing() == []
+        (row,) = absent_rows(intake, set(), [("test_todo1_basic", 1.0)])
+    assert (row["status"], row["score"]) == ("unreadable", "")
+    assert row["source"] == f"王五_103_assignsubmission_file/work.zip/{NOTEBOOK}"
+    assert "encrypted" in row["reason"] and "2025003" in row["reason"]

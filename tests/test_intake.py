@@ -5,10 +5,12 @@ The name parsing and the bookkeeping are tested on files without kernels; one re
 """
 
 import csv
+import os
 import re
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -17,6 +19,7 @@ from grader.kit.authoring.examples import filled_submission
 from grader.kit.authoring.nbsource import NOTEBOOK_NAME, REPO_ROOT
 from grader.kit.intake.inventory import ExportCollector, IntakeError, discover
 from grader.kit.intake.layouts import copy_number
+from grader.kit.intake.roster import Roster
 from grader.kit.paths import page_name
 from tests.conftest import NB, autograde, read_nb, write
 
@@ -257,12 +260,118 @@ def test_a_zip_made_on_chinese_windows_keeps_its_gbk_names(tmp_path):
     assert named == [("张三.ipynb", "张三")]
 
 
+def test_a_students_zip_with_gbk_names_under_the_utf8_flag_is_read(tmp_path):
+    # Some zippers set the UTF-8 flag (bit 11) over GBK names; zipfile refused the whole zip with
+    # a UnicodeDecodeError traceback, and one student's zip inside a Moodle export ended the run.
+    gbk = "王五".encode("gbk")
+    placeholder = b"X" * len(gbk)
+    inner = make_zip(tmp_path / "inner.zip", {placeholder.decode() + "_2023001.ipynb": NB})
+    data = bytearray(inner.read_bytes().replace(placeholder, gbk))
+    for flags_at in (6, data.find(b"PK\x01\x02") + 8):
+        data[flags_at + 1] |= 0x08
+    export = make_zip(
+        tmp_path / "export.zip",
+        {"王五_103_assignsubmission_file/王五.zip": bytes(data), "2023002.ipynb": NB},
+    )
+    with discover(export) as intake:
+        assert found(intake)[0] == {
+            "王五_103_assignsubmission_file/王五.zip/王五_2023001.ipynb": ("103", False),
+            "2023002.ipynb": ("2023002", False),
+        }
+
+
 def test_a_zip_cannot_write_outside_its_folder(tmp_path):
     archive = make_zip(tmp_path / "evil.zip", {"../../2023001.ipynb": NB, "/abs/x.ipynb": NB})
     with discover(archive) as intake:
         assert {s.source for s in intake.submissions} == {"2023001.ipynb", "abs/x.ipynb"}
         assert all(intake.scratch in s.path.parents for s in intake.submissions)
     assert not (tmp_path / "2023001.ipynb").exists()
+
+
+def one_member_zip(path, patch):
+    """A zip of one notebook, `patch(data, at)` applied at its local and its central header's
+    flags field (the compression method follows it, at `at + 2`)."""
+    data = bytearray(make_zip(path, {"ch34_prefix_cache.ipynb": NB}).read_bytes())
+    for at in (6, data.find(b"PK\x01\x02") + 8):
+        patch(data, at)
+    return path.write_bytes(bytes(data)) and path
+
+
+def encrypted(data, at):
+    data[at] |= 1
+
+
+def deflate64(data, at):
+    data[at + 2 : at + 4] = b"\x09\x00"
+
+
+def test_one_member_a_zip_cannot_extract_is_listed_and_the_rest_of_the_zip_graded(tmp_path):
+    # A student's zip with a password (the flag bit 0) or compressed by Deflate64 (method 9, as
+    # Windows' and 7-Zip's zippers may write): zipfile raises RuntimeError / NotImplementedError.
+    locked = one_member_zip(tmp_path / "locked.zip", encrypted)
+    packed = one_member_zip(tmp_path / "deflate64.zip", deflate64)
+    export = make_zip(
+        tmp_path / "export.zip",
+        {
+            "2023001.zip": locked.read_bytes(),
+            "2023002.zip": packed.read_bytes(),
+            "2023003.ipynb": NB,
+            # the same path twice: once as written, once cut back from `../`, once as a folder
+            "2023004.ipynb": NB,
+            "../2023004.ipynb": "{}",
+            "2023004.ipynb/ch34_prefix_cache.ipynb": NB,
+            # a name longer than the file system's 255 bytes (Chinese: 3 bytes a character)
+            "2023005_" + "第三十四章前缀缓存作业" * 9 + ".ipynb": NB,
+            # a path over Linux's 4096 bytes, each of its names short enough
+            "/".join(["d" * 200] * 25) + "/2023006.ipynb": NB,
+        },
+    )
+    roster = write(tmp_path, "roster.csv", "学号\n2023001\n2023002\n2023003\n2023004\n2023005\n")
+    with discover(export, roster=roster) as intake:
+        graded, skipped = found(intake)
+        kept = next(s.path for s in intake.submissions if s.student_id == "2023004")
+        assert kept.read_text() == NB  # the first 2023004.ipynb, not the `../` one
+    assert sorted(graded) == ["2023003.ipynb", "2023004.ipynb", next(s for s in graded if "…" in s)]
+    assert graded[next(s for s in graded if "…" in s)] == ("2023005", False)
+    assert skipped["2023001.zip/ch34_prefix_cache.ipynb"].startswith("not extracted: encrypted")
+    assert (
+        "method Python cannot read (zip method 9)" in skipped["2023002.zip/ch34_prefix_cache.ipynb"]
+    )
+    assert "same path" in skipped["../2023004.ipynb"]
+    assert "a file and a folder" in skipped["2023004.ipynb/ch34_prefix_cache.ipynb"]
+    assert "path is longer" in skipped["/".join(["d" * 200] * 25) + "/2023006.ipynb"]
+
+
+def test_a_damaged_member_of_the_export_says_download_it_again(tmp_path):
+    export = make_zip(tmp_path / "export.zip", {"2023001.ipynb": NB, "2023002.ipynb": NB})
+    data = bytearray(export.read_bytes())
+    data[200] ^= 0xFF  # inside the first member: its CRC no longer matches
+    export.write_bytes(bytes(data))
+    with pytest.raises(IntakeError, match="download the export again"):
+        discover(export)
+
+
+def test_a_folder_unzipped_on_linux_from_a_chinese_windows_zip_keeps_its_gbk_names(tmp_path):
+    # `unzip` on Linux leaves a Windows zip's GBK names as bytes, which Python holds as
+    # surrogates: intake.csv (UTF-8) could not be written.
+    export = tmp_path / "export"
+    folder = os.fsencode(export) + b"/" + "张三_101_assignsubmission_file".encode("gbk")
+    os.makedirs(folder)
+    Path(os.fsdecode(folder + b"/" + "作业.ipynb".encode("gbk"))).write_text(NB)
+    Path(os.fsdecode(os.fsencode(export) + b"/" + "2023001_赵一.ipynb".encode("gbk"))).write_text(
+        NB
+    )
+    roster = write(
+        tmp_path, "roster.csv", "学号,姓名,lms_user_id\n2023001,赵一,\n2023005,张三,101\n"
+    )
+    with discover(export, roster=roster) as intake:
+        graded, _ = found(intake)
+        intake.write_csv(tmp_path / "report" / "intake.csv")
+        assert all(s.path.is_file() for s in intake.submissions)
+    assert graded == {
+        "2023001_赵一.ipynb": ("2023001", False),
+        "张三_101_assignsubmission_file/作业.ipynb": ("2023005", False),
+    }
 
 
 @pytest.mark.parametrize(
@@ -400,7 +509,10 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
         "2023006": ("no", ""),
     }
     assert {sid: (row["late"], row["source"]) for sid, row in rows.items()} == expected
-    assert {sid for sid, row in rows.items() if row["status"] == "missing"} == {"2023001", "2023006"}
+    assert {sid for sid, row in rows.items() if row["status"] == "missing"} == {
+        "2023001",
+        "2023006",
+    }
     for student_id, row in rows.items():
         if row["status"] == "missing":
             continue
@@ -446,3 +558,100 @@ def test_one_batch_from_lms_exports_grades_every_student_under_the_right_id(fres
     assert "2023002" not in rows and rows["123457"]["score"] == rows["123457"]["max_score"]
     assert not (report / "feedback" / "2023002.html").exists()
     assert "replacing what the previous run" in run.stderr and "2023002" in run.stderr
+
+
+def test_a_roster_whose_ids_pandas_wrote_as_floats_reads_2025001_0_as_2025001(tmp_path):
+    # `2025001.0` matched no file name: every file was "not on the roster", or, found by the
+    # name, graded as 2025001.0 and written so into moodle.csv's ID number.
+    roster = write(tmp_path, "roster.csv", "学号,lms_user_id\n2023003.0,12345.0\n2023004.0,\n")
+    write(tmp_path, "export/2023003_孙三.ipynb", NB)
+    with discover(tmp_path / "export", roster=roster) as intake:
+        assert found(intake)[0] == {"2023003_孙三.ipynb": ("2023003", False)}
+    assert Roster.read(roster).by_lms("12345") == "2023003"
+
+
+def test_a_roster_in_excels_scientific_notation_says_how_to_save_the_column_as_text(tmp_path):
+    # Excel saves a 12-digit 学号 in a narrow column as it shows it: every id becomes 2.02501E+11.
+    roster = write(tmp_path, "roster.csv", "学号,姓名\n2.02501E+11,张三\n2.02501E+11,李四\n")
+    with pytest.raises(IntakeError, match=r"line 2: student_id '2\.02501E\+11'.*“文本”"):
+        Roster.read(roster)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "学号\t姓名\r\n2023003\t孙三\r\n".encode("utf-16"),  # Excel's "Unicode 文本"
+        "学号\t姓名\n2023003\t孙三\n".encode("gbk"),  # "文本文件(制表符分隔)"
+        "学号;姓名\n2023003;孙三\n".encode("utf-8-sig"),  # where a comma is the decimal mark
+    ],
+    ids=["unicode-text", "gbk-tabs", "semicolons"],
+)
+def test_a_roster_saved_with_tabs_or_semicolons_or_as_unicode_text_is_read(tmp_path, data):
+    (tmp_path / "roster.txt").write_bytes(data)
+    assert Roster.read(tmp_path / "roster.txt").rows[0] == {
+        "student_id": "2023003",
+        "name": "孙三",
+        "lms_user_id": "",
+        "username": "",
+        "email": "",
+    }
+
+
+def test_an_excel_workbook_passed_as_the_roster_says_save_it_as_csv(tmp_path):
+    make_zip(
+        tmp_path / "roster.xlsx", {"[Content_Types].xml": "<Types/>", "xl/workbook.xml": "<w/>"}
+    )
+    with pytest.raises(IntakeError, match="is an Excel workbook, not a CSV file.*CSV UTF-8"):
+        Roster.read(tmp_path / "roster.xlsx")
+
+
+def test_a_report_written_inside_the_export_is_not_read_as_submissions(tmp_path):
+    # make autograde SUBMISSIONS=作业/ REPORT=作业/report, then again: the second run graded the
+    # kit's own autograded copies (report/nbgrader/autograded/<id>/…), newer than the students'.
+    export = tmp_path / "作业"
+    write(export, "2023001.ipynb", NB)
+    report = export / "report"
+    write(
+        report,
+        "intake.csv",
+        "\ufefffile,student_id,outcome,why,late\n2023001.ipynb,2023001,graded,,no\n",
+    )
+    write(report, f"nbgrader/autograded/2023001/{NOTEBOOK_NAME[:-6]}/{NOTEBOOK_NAME}", NB)
+    with discover(export) as intake:
+        graded, skipped = found(intake)
+    assert graded == {"2023001.ipynb": ("2023001", False)}
+    assert list(skipped) == ["report/"] and "a report this kit wrote" in skipped["report/"]
+
+
+def test_a_symbolic_link_in_a_zip_is_listed_not_read_as_a_notebook(tmp_path):
+    # zipfile writes a link member as a file holding its target: 2023001 got invalid_json, 0.
+    archive = tmp_path / "class.zip"
+    with zipfile.ZipFile(archive, "w") as zipped:
+        link = zipfile.ZipInfo("2023001.ipynb")
+        link.external_attr, link.create_system = 0o120777 << 16, 3
+        zipped.writestr(link, "/etc/passwd")
+        zipped.writestr("2023002.ipynb", NB)
+    with discover(archive) as intake:
+        graded, skipped = found(intake)
+    assert graded == {"2023002.ipynb": ("2023002", False)}
+    assert skipped == {"2023001.ipynb": "a symbolic link in the zip (not followed)"}
+
+
+def test_a_roster_from_a_school_system_with_six_title_lines_finds_its_header(tmp_path):
+    # Only the first 5 lines were searched: "has no student id column", listing the headers.
+    titles = "XX大学学生名单\n课程名称：深度学习系统\n任课教师：王老师\n学期：2026 秋\n班级：计科1班\n选课人数：2\n"
+    roster = write(
+        tmp_path, "roster.csv", titles + "序号,学号,姓名\n1,2023003,孙三\n2,2023004,周四\n"
+    )
+    assert [row["student_id"] for row in Roster.read(roster).rows] == ["2023003", "2023004"]
+
+
+def test_a_roster_with_a_footer_line_of_no_person_reads_its_students(tmp_path):
+    # A 教务系统's `共 2 人` under the 序号 column: "line 5: the student_id is empty".
+    text = "序号,学号,姓名\n1,2023003,孙三\n2,2023004,周四\n共 2 人,,\n打印时间：2026-12-01,,\n"
+    assert [row["student_id"] for row in Roster.read(write(tmp_path, "r.csv", text)).rows] == [
+        "2023003",
+        "2023004",
+    ]
+    with pytest.raises(IntakeError, match="line 3: the student_id is empty"):
+        Roster.read(write(tmp_path, "r.csv", "学号,姓名\n2023003,孙三\n,周四\n"))

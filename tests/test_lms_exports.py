@@ -12,6 +12,7 @@ documentation and the LMSs' help pages show them.
 
 import csv
 import re
+import unicodedata
 import zipfile
 
 import pytest
@@ -170,9 +171,7 @@ def test_a_user_name_holding_separators_is_found_whole_in_any_layout_that_would_
     }
     for name in names:
         write(tmp_path / "export", name)
-    people = roster(
-        tmp_path, "学号,姓名,用户名\n2023001,李伟,li_wei5\n2023003,张三,zhang-san.3\n"
-    )
+    people = roster(tmp_path, "学号,姓名,用户名\n2023001,李伟,li_wei5\n2023003,张三,zhang-san.3\n")
     with discover(tmp_path / "export", roster=people) as intake:
         assert graded(intake) == names, unknown(intake)
 
@@ -272,6 +271,75 @@ def test_a_chinese_classs_named_files_are_tied_to_the_roster(tmp_path):
     assert "more than one roster student" in whys["2025001_李四.ipynb"]
 
 
+def test_a_file_in_one_students_folder_named_after_another_is_tied_to_no_one(tmp_path):
+    # A 学习通-style export, <学号>-<姓名>/<file>: 张三 handed in 李四's file, newer than 李四's own;
+    # it was graded as 李四's (beating his own notebook) and 张三 was "missing".
+    export = tmp_path / "export"
+    write(export, "2025001-张三/2025002_李四_第34章.ipynb", mtime=1_780_000_100)
+    write(export, "2025002-李四/2025002_李四_第34章.ipynb", mtime=1_780_000_000)
+    write(export, "2025003-王小明/2025003_王小明 (1).ipynb", mtime=1_780_000_000)
+    with discover(export, roster=roster(tmp_path, CLASS)) as intake:
+        assert graded(intake) == {
+            "2025002-李四/2025002_李四_第34章.ipynb": "2025002",
+            "2025003-王小明/2025003_王小明 (1).ipynb": "2025003",
+        }
+        why = unknown(intake)["2025001-张三/2025002_李四_第34章.ipynb"]
+    assert "第 3 行（2025002，李四）" in why and "第 2 行（2025001，张三）" in why
+
+
+def test_one_file_name_in_every_students_folder_is_read_by_the_folder(tmp_path):
+    # Without a roster the file's name was each student's id: two students, one id, one graded.
+    export = tmp_path / "export"
+    for folder in ("张三", "李四"):
+        write(export, f"{folder}/第34章_前缀缓存.ipynb")
+    write(export, "作业收集/第34章_前缀缓存.ipynb")  # a class's shared folder names no one
+    with discover(export) as intake:
+        assert graded(intake) == {
+            "张三/第34章_前缀缓存.ipynb": "张三",
+            "李四/第34章_前缀缓存.ipynb": "李四",
+        }
+        assert list(unknown(intake)) == ["作业收集/第34章_前缀缓存.ipynb"]
+
+
+def test_one_students_file_in_two_rounds_folders_stays_his(tmp_path):
+    # Not a name every student's folder holds: an id in the name, and folders of several files.
+    export = tmp_path / "export"
+    write(export, "第一次提交/2025001.ipynb", mtime=1_780_000_000)
+    write(export, "第二次提交/2025001.ipynb", mtime=1_780_000_100)
+    for name in ("张三", "李四"):
+        write(export, f"第一次/{name}.ipynb", mtime=1_780_000_000)
+        write(export, f"第二次/{name}.ipynb", mtime=1_780_000_100)
+    with discover(export) as intake:
+        assert graded(intake) == {
+            "第二次提交/2025001.ipynb": "2025001",
+            "第二次/张三.ipynb": "张三",
+            "第二次/李四.ipynb": "李四",
+        }
+
+
+def test_a_short_roster_id_is_not_found_in_a_chapter_number_nor_a_name_in_a_longer_one(tmp_path):
+    # Ids 1..40 of a small class: 第34章作业 was graded as student 34's. 张三 inside 张三丰 made
+    # 35_张三丰 "name more than one roster student", and 王伟东 "a name two students share".
+    export = tmp_path / "export"
+    for name in ("第34章作业.ipynb", "35_张三丰.ipynb", "王伟东.ipynb", "王伟.ipynb"):
+        write(export, name)
+    class_ = "student_id,name\n1,张三\n34,王五\n35,张三丰\n36,王伟\n37,王伟东\n"
+    with discover(export, roster=roster(tmp_path, class_)) as intake:
+        assert graded(intake) == {"35_张三丰.ipynb": "35", "王伟东.ipynb": "37", "王伟.ipynb": "36"}
+        assert list(unknown(intake)) == ["第34章作业.ipynb"]
+
+
+def test_an_id_in_full_width_digits_and_a_name_macos_decomposed_are_found_on_the_roster(tmp_path):
+    # A Chinese IME in full-width mode types ２０２５００１; macOS's Archive Utility stores é as
+    # e + U+0301. Both were "not on the roster".
+    export = tmp_path / "export"
+    write(export, "２０２５００２_ch34.ipynb")
+    write(export, unicodedata.normalize("NFD", "José Müller.ipynb"))
+    class_ = "student_id,name\n2025002,李四\n2025003,José Müller\n"
+    with discover(export, roster=roster(tmp_path, class_)) as intake:
+        assert sorted(graded(intake).values()) == ["2025002", "2025003"]
+
+
 def test_two_students_named_alike_in_a_moodle_export_are_told_apart_by_the_participant_number(
     tmp_path,
 ):
@@ -279,7 +347,9 @@ def test_two_students_named_alike_in_a_moodle_export_are_told_apart_by_the_parti
     export = tmp_path / "export"
     for number in (30101, 30102):
         write(export, moodle_path(moodle_prefix("王伟", number), NOTEBOOK))
-    school = "学号,姓名,班级,邮箱\n2025011,王伟,计科1班,ww11@x.edu\n2025012,王伟,计科2班,ww12@x.edu\n"
+    school = (
+        "学号,姓名,班级,邮箱\n2025011,王伟,计科1班,ww11@x.edu\n2025012,王伟,计科2班,ww12@x.edu\n"
+    )
     (tmp_path / "roster.csv").write_bytes(school.encode("gbk"))
     with discover(export, roster=tmp_path / "roster.csv") as intake:
         assert graded(intake) == {}
@@ -354,7 +424,10 @@ def test_two_notebooks_from_one_student_grade_the_one_named_like_the_assignment(
         assert chosen.source == good and chosen.superseded == [draft]
         assert chosen.choice == "与作业 notebook 同名的那个（文件时间相同）"
         rows = {row[0]: row for row in intake.rows()}
-        assert f"123457: 交了 2 个 notebook，评 {good}：与作业 notebook 同名的那个" in intake.warnings()
+        assert (
+            f"123457: 交了 2 个 notebook，评 {good}：与作业 notebook 同名的那个"
+            in intake.warnings()
+        )
     assert "123457 的另一个 notebook" in rows[draft][3] and rows[draft][2] == "not graded"
     assert draft in rows[good][3], "intake.csv names the files not graded"
 
@@ -396,7 +469,7 @@ def test_generic_names_of_different_students_are_never_merged(tmp_path):
 
 # The never-merge property, on generated classes: each student hands in one notebook, in one of
 # the layouts an export uses; however the names fall, no graded id holds two students' files.
-LAYOUTS = ["moodle", "canvas", "folder", "plain", "chinese", "generic"]
+LAYOUTS = ["moodle", "canvas", "folder", "plain", "chinese", "generic", "own-folder"]
 names = st.text(alphabet="abcdefgh张李王_ ", min_size=1, max_size=6).map(str.strip)
 
 
@@ -420,6 +493,7 @@ def test_no_two_students_are_ever_merged(tmp_path_factory, people, with_roster):
             "plain": f"{sid}.ipynb",
             "chinese": f"{sid}_{name}_第34章作业.ipynb",
             "generic": f"d{index}/ch34 作业.ipynb",
+            "own-folder": f"{sid}-{name}/第34章_前缀缓存.ipynb",  # one file name in every folder
         }[layout]
         write(export, source, mtime=1_780_000_000)
         owner[source] = sid

@@ -5,6 +5,7 @@ a correct submission made from it; each test damages the submission the way one 
 and asserts on the exact structure that comes back. No kernel runs here.
 """
 
+import codecs
 import copy
 import json
 import re
@@ -434,6 +435,29 @@ def test_invalid_json():
     with pytest.raises(Ungradable) as err:
         normalize_submission(b"\xff\xfe{\x00", make_release())
     assert err.value.status == "invalid_json"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-8-sig"])
+def test_a_notebook_resaved_as_utf16_or_with_a_bom_is_graded(encoding):
+    # Windows' Notepad saves "Unicode" (UTF-16 with a BOM): the work is all there, not invalid_json.
+    text = json.dumps(make_submission(), ensure_ascii=False)
+    raw = (
+        codecs.BOM_UTF16_BE + text.encode(encoding)
+        if encoding == "utf-16-be"
+        else text.encode(encoding)
+    )
+    result = normalize_submission(raw, make_release())
+    assert shape(result.notebook) == FILLED and result.repairs == []
+
+
+def test_a_v3_notebook_and_a_zip_named_ipynb_say_what_they_are():
+    v3 = b'{"nbformat": 3, "nbformat_minor": 0, "worksheets": [{"cells": []}]}'
+    with pytest.raises(Ungradable) as err:
+        normalize_submission(v3, make_release())
+    assert "format version 3, not 4" in err.value.reason  # not "it has no list of cells"
+    with pytest.raises(Ungradable) as err:
+        normalize_submission(b"PK\x03\x04\x14\x00\x00\x00" + bytes(40), make_release())
+    assert err.value.status == "invalid_json" and "a zip archive named .ipynb" in err.value.reason
 
 
 @pytest.mark.parametrize(

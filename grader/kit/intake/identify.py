@@ -43,7 +43,41 @@ class Identity:
 
 
 def identify(reading: dict, parts: tuple[str, ...], roster: Roster | None) -> Identity:
-    """Whose notebook the file at `parts` is, from its `reading` and the roster (or None)."""
+    """Whose notebook the file at `parts` is, from its `reading` and the roster (or None).
+
+    A file whose own name names one roster student inside a folder that names another (张三's
+    folder holding `2025002_李四.ipynb`) is tied to no one: which of them handed it in is for the
+    instructor to say (`against_folders`).
+    """
+    identity = tie(reading, parts, roster)
+    if roster is not None and identity.student_id and reading["layout"] in BY_FILE_NAME:
+        return against_folders(identity, parts, roster)
+    return identity
+
+
+BY_FILE_NAME = ("plain", "per-student folder")  # readings no LMS made: a folder may disagree
+
+
+def against_folders(identity: Identity, parts: tuple[str, ...], roster: Roster) -> Identity:
+    """`identity`, unless the innermost folder that names one roster student names another."""
+    for folder in reversed(parts[:-1]):
+        by_id, by_name = roster.search(folder)
+        named = set(by_id) | set(by_name)
+        if len(named) != 1:
+            continue
+        (other,) = named
+        if other == identity.student_id:
+            return identity
+        return unknown(
+            f"文件名 {parts[-1]!r} 对上名单上的 {roster.described(identity.student_id)}，它所在的"
+            f"文件夹 {folder!r} 却是 {roster.described(other)} 的：不知道是谁交的，没有评分。"
+            "确认之后把文件改名或移到交它的学生的文件夹里，再运行一次"
+        )
+    return identity
+
+
+def tie(reading: dict, parts: tuple[str, ...], roster: Roster | None) -> Identity:
+    """`identify` by the reading and the roster alone."""
     keyed, why = reading["keyed"], reading["why"]
     if keyed in ("anonymous", "team"):  # the export hides the person: its own id is the key
         note = "the team's members are not in the export" if keyed == "team" else ""
@@ -197,7 +231,12 @@ def rank(copy: tuple[dict, str, float]) -> tuple:
     """(export time stamp, file time, named like the assignment's, copy number): the larger, the
     one graded."""
     reading, _, mtime = copy
-    return (reading.get("when") or datetime.min, round(mtime), named_like(reading), reading.get("copy", 0))
+    return (
+        reading.get("when") or datetime.min,
+        round(mtime),
+        named_like(reading),
+        reading.get("copy", 0),
+    )
 
 
 def stamp(when: datetime | None) -> str:
@@ -217,6 +256,7 @@ def when_of(reading: dict, path: Path) -> tuple[datetime | None, str]:
         except (ValueError, OverflowError):
             return None, f"timestamp {when!r} unread"
     return when, ""
+
 
 # -- the instructor's choice: CHOICES=choices.csv ---------------------------------------------
 #
@@ -258,7 +298,9 @@ class Choice:
 def read_choices(path: Path) -> dict[str, Choice]:
     """{student_id: Choice} from the instructor's CSV; an IntakeError says what is wrong."""
     if not path.is_file():
-        raise IntakeError(f"CHOICES={path} does not exist: pass the choices.csv that `make intake` wrote")
+        raise IntakeError(
+            f"CHOICES={path} does not exist: pass the choices.csv that `make intake` wrote"
+        )
     try:
         handle = open_csv(path)
     except UnreadableCsv as error:
@@ -280,7 +322,9 @@ def read_choices(path: Path) -> dict[str, Choice]:
         if not student_id and not file:
             continue
         if not student_id or not file:
-            raise IntakeError(f"CHOICES={path}, line {line}: both 学号 and 文件 are needed, got {cells}")
+            raise IntakeError(
+                f"CHOICES={path}, line {line}: both 学号 and 文件 are needed, got {cells}"
+            )
         if student_id in chosen:
             raise IntakeError(
                 f"CHOICES={path}: 学号 {student_id} is on lines {chosen[student_id].line} and {line}: keep one"

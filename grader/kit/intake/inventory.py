@@ -47,7 +47,7 @@ from .identify import (
     write_choices,
 )
 from .roster import Roster
-from .unpack import extract, walk
+from .unpack import DAMAGED, NO_NOTEBOOK_IN_ZIP, NOT_EXTRACTED, extract, readable, walk
 
 UNKNOWN = "student unknown"
 NOT_GRADED = "not graded"
@@ -221,26 +221,37 @@ def discover(path, roster=None, pattern: str | None = None, choices=None) -> Int
             walk(path, sink, collector.is_notebook)
         elif path.suffix.lower() == ".zip":
             try:
-                extract(path, intake.scratch / "export")
+                left_out = extract(path, intake.scratch / "export")
             except (zipfile.BadZipFile, OSError, EOFError) as error:
                 raise IntakeError(
                     f"{path} is not a readable zip ({error}): download the export again"
                 ) from None
+            if damaged := [name for name, why in left_out if why.startswith(DAMAGED)]:
+                raise IntakeError(
+                    f"{path} is damaged ({', '.join(damaged[:3])} cannot be read): download the "
+                    "export again"
+                )
+            for name, why in left_out:
+                sink.skip(name, why, parts=tuple(name.split("/")))
             walk(intake.scratch / "export", sink, collector.is_notebook, depth=1)
         elif path.suffix.lower() == ".ipynb":
-            sink.notebook(path, path.name, (path.name,))
+            sink.notebook(path, readable(path.name), (readable(path.name),))
         else:
             raise IntakeError(f"{path} is neither a folder, a .zip nor a .ipynb file")
         intake.skipped += sink.skipped
         assign(sink, collector, table, intake, chosen)
-        for skipped, parts in sink.named:  # a text-only submission is still its student's
-            if not skipped.why.startswith("not a notebook"):
+        for (
+            skipped,
+            parts,
+        ) in sink.named:  # a text-only or unreadable submission is still its student's
+            if not skipped.why.startswith(("not a notebook", NO_NOTEBOOK_IN_ZIP, *NOT_EXTRACTED)):
                 continue
             if (reading := layouts.owner(parts)) and (who := identify(reading, parts, table)):
                 skipped.student_id = who.student_id or ""
                 if who.student_id:
-                    skipped.why += (
-                        f": {reading['layout']} file of {who.student_id}, nothing to grade"
+                    unread = skipped.why.startswith(NOT_EXTRACTED)
+                    skipped.why += f": {reading['layout']} file of {who.student_id}" + (
+                        ", to look at by hand" if unread else ", nothing to grade"
                     )
     except BaseException:
         intake.close()
@@ -278,9 +289,12 @@ def assign(
     by_student: dict[str, list] = {}
     readings = [collector.read(parts, source, sink.gradescope) for _, source, parts in sink.found]
     teams = any(r["layout"] == "Moodle (team submission)" for r in readings)
+    shared = layouts.shared_file_names([parts for _, _, parts in sink.found])
     for (path, source, parts), reading in zip(sink.found, readings):
         if teams and reading["layout"] == "Moodle":
             reading = layouts.as_team(reading)
+        if reading["layout"] == "plain" and parts in shared:
+            reading = layouts.as_folder(reading, parts)
         reading["when"], unread = when_of(reading, path)
         identity = identify(reading, parts, roster)
         if identity.student_id is None:
@@ -320,7 +334,9 @@ def keep_one(student_id: str, copies: list, intake: Intake, choice: Choice | Non
     intake.several.append(candidates_row(student_id, copies, times, index, rule, intake.roster))
     if index is None:
         for _, s in copies:
-            why = f"{student_id} 交了 {len(copies)} 个 notebook，{rule}：{UNDECIDED}。{HOW_TO_CHOOSE}"
+            why = (
+                f"{student_id} 交了 {len(copies)} 个 notebook，{rule}：{UNDECIDED}。{HOW_TO_CHOOSE}"
+            )
             intake.skipped.append(Skipped(s.source, why, student_id, late=s.late))
         return
     chosen = copies[index][1]

@@ -43,7 +43,10 @@ from ..authoring.nbsource import ASSIGNMENT
 from .names import copy_number, generic, named_like_assignment
 
 # copy_number and named_like_assignment are read from here too (tests, identify.py).
-__all__ = ["copy_number", "generic", "named_like_assignment", "owner", "read_name"]
+__all__ = [
+    "as_folder", "copy_number", "generic", "named_like_assignment", "owner", "read_name",
+    "shared_file_names",
+]  # fmt: skip
 
 _NO_NAME = r"[^_]*"  # Moodle turns every `_` of a name into a space
 MOODLE_FOLDER = re.compile(rf"^(?P<name>{_NO_NAME})_(?P<n>\d+)_assignsubmission_[a-z]+_?$")
@@ -85,6 +88,39 @@ def read_name(parts: tuple[str, ...]) -> dict:
         why = "the file is named like the assignment's notebook, not after a student"
         return {**result, "layout": "plain", "why": why}
     return {**result, **by_id(base, "plain", "the file's name")}
+
+
+def shared_file_names(paths: list[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """The notebooks whose file name is also the name of a notebook in sibling folders that
+    look like one person's each: `张三/第34章_前缀缓存.ipynb` beside `李四/第34章_前缀缓存.ipynb`.
+    Such a name is the assignment's, not a person's; each file's folder is its student's
+    (`as_folder`). Not so where the name holds a number of four digits or more (an id:
+    `第一次提交/2025001.ipynb` beside `第二次提交/2025001.ipynb` are one student's two rounds), nor
+    where a folder holds as many notebooks as there are such folders (a round's, a class's)."""
+    folders: dict[tuple, set[str]] = {}
+    held: dict[tuple, int] = {}
+    for parts in paths:
+        held[parts[:-1]] = held.get(parts[:-1], 0) + 1
+        if len(parts) >= 2 and not re.search(r"\d{4}", parts[-1]):
+            folders.setdefault((parts[:-2], parts[-1]), set()).add(parts[-2])
+
+    def shared(parts: tuple[str, ...]) -> bool:
+        siblings = folders.get((parts[:-2], parts[-1]), set()) if len(parts) >= 2 else set()
+        return len(siblings) > 1 and all(held[(*parts[:-2], f)] < len(siblings) for f in siblings)
+
+    return {parts for parts in paths if shared(parts)}
+
+
+def as_folder(reading: dict, parts: tuple[str, ...]) -> dict:
+    """A plain reading of a file whose name other students' folders hold too: its folder names
+    the student, unless the folder's own name is the assignment's or a shared folder's."""
+    if generic(parts[-2]):
+        why = f"the file's name {parts[-1]!r} is in other students' folders too, and its folder names no one"
+        return {**reading, "student_id": None, "keyed": "", "why": why}
+    said = by_id(
+        parts[-2], "per-student folder", "the folder's name (other folders hold the same file name)"
+    )
+    return {**reading, **said}
 
 
 def owner(parts: tuple[str, ...]) -> dict | None:

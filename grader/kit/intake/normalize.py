@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import codecs
 import copy
 import difflib
 import functools
@@ -91,8 +92,14 @@ def _parse(raw: bytes) -> dict:
     raw = raw.encode() if isinstance(raw, str) else bytes(raw)
     if not raw.strip():
         raise Ungradable("empty_file", f"the file is empty: save the notebook, then {_REDOWNLOAD}")
-    try:
-        data = json.loads(raw.decode("utf-8-sig"))
+    if raw.startswith(b"PK\x03\x04"):
+        raise Ungradable(
+            "invalid_json",
+            "the file is a zip archive named .ipynb, not a notebook: upload the .ipynb file itself",
+        )
+    try:  # UTF-8 (a BOM or not) as Jupyter writes it; UTF-16 with a BOM as Windows' Notepad may
+        utf16 = raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+        data = json.loads(raw.decode("utf-16" if utf16 else "utf-8-sig"))
     except UnicodeDecodeError as exc:
         raise Ungradable(
             "invalid_json", f"the file is not UTF-8 text (byte {exc.start}): {_REDOWNLOAD}"
@@ -104,17 +111,17 @@ def _parse(raw: bytes) -> dict:
         ) from None
     except (ValueError, RecursionError):  # numbers too long, nesting too deep
         raise Ungradable("invalid_json", f"the file is not usable JSON: {_REDOWNLOAD}") from None
+    if isinstance(data, dict) and data.get("nbformat", 4) not in (4, "4"):  # v3: worksheets
+        raise Ungradable(
+            "not_a_notebook",
+            f"the file is a notebook of format version {data.get('nbformat')!r}, not 4: "
+            f"open it in Jupyter or Colab, save it, and {_REDOWNLOAD}",
+        )
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise Ungradable(
             "not_a_notebook",
             "the file is JSON but not a Jupyter notebook (it has no list of cells): "
             "upload the .ipynb file you worked in",
-        )
-    if data.get("nbformat", 4) not in (4, "4"):
-        raise Ungradable(
-            "not_a_notebook",
-            f"the file is a notebook of format version {data.get('nbformat')!r}, not 4: "
-            f"open it in Jupyter or Colab, save it, and {_REDOWNLOAD}",
         )
     return data
 

@@ -19,13 +19,21 @@ Headers are compared with case, spaces, `_`, `-`, `/` and a trailing `*` dropped
 field, the one listed first in `HEADER_NAMES` wins (the kit's own name first) and the other is
 ignored: a Canvas export's `SIS User ID` is the student id, its `ID` the Canvas user id. A title
 line above the header (a 教务系统's "2026 秋季学期 … 学生名单") is skipped: the header is the first
-of the first `HEADER_SEARCH` lines that names a student id.
+of the first `HEADER_SEARCH` lines that names a student id. Columns may be separated by commas,
+tabs (Excel's "Unicode 文本" and "文本文件(制表符分隔)") or semicolons (Excel where a comma is the
+decimal mark): the first of them whose header names a student id is used.
+
+An id as Excel or pandas wrote a number: `2025001.0` is read as `2025001` (a file name and an
+LMS carry the digits alone); `2.02501E+11` (Excel's display of a long number in a narrow
+column, the digits lost) stops the run with how to save the column as text.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +62,11 @@ HEADER_NAMES: dict[str, tuple[str, ...]] = {
     "last_name": ("Last name", "姓", "Surname", "Family name"),
 }  # fmt: skip
 FIELDS = ("student_id", "name", "lms_user_id", "username", "email")
-HEADER_SEARCH = 5
+HEADER_SEARCH = 12  # a 教务系统 export: school, course, teacher, term, class, count… above it
+DELIMITERS = (",", "\t", ";")
+# A number as a float: `2025001.0` (pandas, a float column); as Excel shows a long one: `2.02501E+11`.
+FLOAT_ID = re.compile(r"^(\d+)\.0+$")
+SCIENTIFIC_ID = re.compile(r"^\d(?:\.\d+)?E\+\d+$", re.IGNORECASE)
 
 
 def header_key(text: str) -> str:
@@ -90,6 +102,20 @@ def find_header(lines: list[list[str]]) -> tuple[int, dict[str, int]] | None:
     return None
 
 
+def read_lines(text: str) -> tuple[list[tuple[int, list[str]]], tuple | None]:
+    """(line number, cells) of every line not blank, and `find_header`'s answer, split at the
+    first of `DELIMITERS` whose lines have a header naming a student id (else at commas)."""
+    first = None
+    for delimiter in DELIMITERS:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+        numbered = [(reader.line_num, line) for line in reader if any(map(str.strip, line))]
+        found = find_header([line for _, line in numbered])
+        if found is not None:
+            return numbered, found
+        first = first or (numbered, None)
+    return first
+
+
 def person(line: list[str], columns: dict[str, int]) -> dict[str, str]:
     """One roster row as {field: value} (FIELDS), the split name joined where there is no whole one."""
 
@@ -98,6 +124,11 @@ def person(line: list[str], columns: dict[str, int]) -> dict[str, str]:
         return line[index].strip() if index is not None and index < len(line) else ""
 
     row = {field: cell(field) for field in FIELDS}
+    for key in ("student_id", "lms_user_id", "username"):  # ids compared as file names give them
+        row[key] = folded(row[key])
+    for key in ("student_id", "lms_user_id"):
+        if found := FLOAT_ID.match(row[key]):
+            row[key] = found[1]
     if not row["name"]:
         first, last = cell("first_name"), cell("last_name")
         cjk = not (first + last).isascii()
@@ -127,10 +158,8 @@ class Roster:
         except UnreadableCsv as error:  # neither UTF-8 nor GBK
             raise RosterError(str(error).removeprefix("error: ")) from None
         with handle:
-            reader = csv.reader(handle)  # (its line number, the line) of every line not blank
-            numbered = [(reader.line_num, line) for line in reader if any(map(str.strip, line))]
+            numbered, found = read_lines(handle.read())
         lines = [line for _, line in numbered]
-        found = find_header(lines)
         if found is None:
             raise RosterError(
                 f"roster {path} has no student id column (its first line is {lines[:1]}): the "
@@ -138,11 +167,20 @@ class Roster:
                 f"Accepted headers (docs/grading.md): {accepted()}"
             )
         at, columns = found
-        rows = [person(line, columns) for line in lines[at + 1 :]]
-        numbers = {row["student_id"]: line for (line, _), row in zip(numbered[at + 1 :], rows)}
+        # A line that names no person (a 教务系统's footer: `共 45 人`, `打印时间：…`) is no student.
+        people = [(n, person(line, columns)) for n, line in numbered[at + 1 :]]
+        people = [(line, row) for line, row in people if any(row.values())]
+        for line, row in people:
+            for key in ("student_id", "lms_user_id"):
+                if SCIENTIFIC_ID.match(row[key]):
+                    raise RosterError(
+                        f"roster {path}, line {line}: {key} {row[key]!r} is a number as Excel shows "
+                        "it in a narrow column, its digits lost. 在 Excel 里选中这一列，设置单元格格式为"
+                        "“文本”（或“数值”、0 位小数），确认显示出完整的学号后再另存为 CSV UTF-8，再运行一次"
+                    )
         for key in ("student_id", "lms_user_id", "username"):
             seen = {}
-            for (line, _), row in zip(numbered[at + 1 :], rows):
+            for line, row in people:
                 value = row.get(key, "")
                 if key == "student_id" and not value:
                     raise RosterError(f"roster {path}, line {line}: the student_id is empty")
@@ -151,6 +189,8 @@ class Roster:
                         f"roster {path}: {key} {value!r} appears on lines {seen[value]} and {line}"
                     )
                 seen[value] = line
+        rows = [row for _, row in people]
+        numbers = {row["student_id"]: line for line, row in people}
         return cls(rows, numbers)
 
     def described(self, student_id: str) -> str:
@@ -168,11 +208,12 @@ class Roster:
 
     def by_account(self, key: str) -> str | None:
         """The student whose `lms_user_id` or `username` is `key`, whole, or None."""
+        key = folded(key)
         return next((r["student_id"] for r in self.rows if key and key in account_keys(r)), None)
 
     def by_id(self, key: str) -> str | None:
         """The student whose `student_id` is `key`, or None."""
-        return next((r["student_id"] for r in self.rows if r["student_id"] == key), None)
+        return next((r["student_id"] for r in self.rows if r["student_id"] == folded(key)), None)
 
     def by_name(self, token: str) -> list[str]:
         """Every student whose name, email or email's local part is `token` (simplified)."""
@@ -186,32 +227,48 @@ class Roster:
 
         An id (or a `username`, or an `lms_user_id` that is not only digits) counts where no
         other letter or digit of the Latin alphabet touches it (`2025001_张三`, `李四-2025002`,
-        `2025003王小明`, `li_wei5_作业`); a Chinese name counts anywhere in the
-        text, a Latin name as whole words (`Zhang San`, `zhang_san`, `ZhangSan`).
+        `2025003王小明`, `li_wei5_作业`); an id of digits shorter than `SEARCHED_DIGITS` is not
+        searched (第34章, a date's 12, a copy's (2) would read as one). A Chinese name counts
+        anywhere in the text, but not inside a longer roster name found there (张三 in 张三丰);
+        a Latin name as whole words (`Zhang San`, `zhang_san`, `ZhangSan`).
         """
-        by_id, by_name = set(), set()
+        by_id, by_name, text = set(), set(), folded(text)
         words = re.split(r"[^0-9A-Za-z]+", text.casefold())
         squashed = simplified(text)
+        chinese = []
         for row in self.rows:
             sid = row["student_id"]
             # An LMS number alone is not searched: a time stamp's digits could read as one.
             keys = [sid, *(k for k in account_keys(row) if not k.isdigit())]
-            if any(whole_in(key, text) for key in keys):
+            if any(searchable(key) and whole_in(key, text) for key in keys):
                 by_id.add(sid)
             name = row.get("name", "")
             if not simplified(name):
                 continue
             if not name.isascii():
-                if simplified(name) in squashed:
-                    by_name.add(sid)
+                chinese.append((simplified(name), sid))
             elif simplified(name) in words or _words_in(name, words):
                 by_name.add(sid)
+        for name, sid in sorted(chinese, key=lambda pair: -len(pair[0])):  # the longest first
+            if name in squashed:
+                by_name.add(sid)
+                squashed = squashed.replace(name, "\0")  # 张三丰 found: its 张三 is no one else
+            elif any(name == other for other, found in chinese if found in by_name):
+                by_name.add(sid)  # a name two students share stays ambiguous
         return sorted(by_id), sorted(by_name)
 
 
 def account_keys(row: dict) -> set[str]:
     """The LMS's names of a roster row's person: its `lms_user_id` and `username`, as written."""
     return {row.get(key, "") for key in ("lms_user_id", "username")} - {""}
+
+
+SEARCHED_DIGITS = 4
+
+
+def searchable(key: str) -> bool:
+    """Whether `key` is looked for inside a name: not a number of fewer than SEARCHED_DIGITS."""
+    return not (key.isdigit() and len(key) < SEARCHED_DIGITS)
 
 
 def whole_in(key: str, text: str) -> bool:
@@ -227,10 +284,16 @@ def person_keys(row: dict) -> set[str]:
 
 def _words_in(name: str, words: list[str]) -> bool:
     """Whether the words of the Latin `name` come one after another among `words`."""
-    parts = [w for w in re.split(r"[^0-9a-z]+", name.casefold()) if w]
+    parts = [w for w in re.split(r"[^0-9a-z]+", folded(name).casefold()) if w]
     return any(words[at : at + len(parts)] == parts for at in range(len(words)))
 
 
 def simplified(text: str) -> str:
     """Case, spaces and punctuation dropped: "Zhang San" and "zhangsan" compare equal."""
-    return "".join(ch for ch in text.casefold() if ch.isalnum())
+    return "".join(ch for ch in folded(text).casefold() if ch.isalnum())
+
+
+def folded(text: str) -> str:
+    """`text` in Unicode's NFKC form: a name macOS zipped (decomposed é), an id typed in
+    full-width digits (２０２５００１) compare equal to the roster's."""
+    return unicodedata.normalize("NFKC", text)

@@ -4,6 +4,7 @@ out; UTF-8, a BOM or not, or GBK in)."""
 
 from __future__ import annotations
 
+import codecs
 import csv
 import html
 import io
@@ -28,9 +29,18 @@ def esc(text) -> str:
 def open_csv(path: Path) -> io.StringIO:
     """A CSV file the instructor may have saved from Excel: UTF-8 (a BOM or not), else GBK.
 
-    Excel on a Chinese-locale Windows saves "CSV (逗号分隔)" in GBK; GB 18030 reads it.
+    Excel on a Chinese-locale Windows saves "CSV (逗号分隔)" in GBK; GB 18030 reads it. Its
+    "Unicode 文本" is UTF-16 with a BOM (tab-separated), read as such. An Excel workbook (.xlsx,
+    a zip) is no CSV: the error says how to save one.
     """
     data = path.read_bytes()
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return io.StringIO(data.decode("utf-16"), newline="")
+    if data.startswith(b"PK\x03\x04") or data.startswith(b"\xd0\xcf\x11\xe0"):
+        raise UnreadableCsv(
+            f"error: {path} is an Excel workbook, not a CSV file: in Excel, 文件 → 另存为 → "
+            '"CSV UTF-8（逗号分隔）", and pass that file (nothing was graded)'
+        )
     try:
         return io.StringIO(data.decode("utf-8-sig"), newline="")
     except UnicodeDecodeError:

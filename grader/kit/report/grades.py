@@ -34,7 +34,9 @@ from pathlib import Path
 
 from .. import paths
 from ..authoring.nbsource import PARTS, todo_number
+from ..errors import UnreadableCsv
 from ..intake.normalize import repairs_summary
+from ..intake.unpack import NO_NOTEBOOK_IN_ZIP, NOT_EXTRACTED
 from .formats import open_csv, write_csv
 from .overrides import OVERRIDE_COLUMNS, apply_overrides, read_overrides
 from .scores import (
@@ -45,6 +47,7 @@ from .scores import (
     SEVERAL,
     TODO_COLUMN,
     TRAILING_COLUMNS,
+    UNREADABLE,
     column_maxima,
     counted_score,
     fmt,
@@ -128,6 +131,12 @@ def read_grades(path: Path) -> tuple[list[str], dict[str, dict]]:
         return [], {}
     with open_csv(path) as handle:
         reader = csv.DictReader(handle)
+        if "student_id" not in (reader.fieldnames or []):  # saved by Excel with tabs or `;`
+            raise UnreadableCsv(
+                f"error: {path} has no student_id column (its header: {reader.fieldnames}): save "
+                'it from Excel as "CSV UTF-8（逗号分隔）", or move it away to start a new one '
+                "(nothing was graded)"
+            )
         return list(reader.fieldnames or []), {row["student_id"]: row for row in reader}
 
 
@@ -223,9 +232,14 @@ def absent_rows(intake, graded_ids, columns) -> list[dict]:
 
 
 def fate_of(skipped) -> tuple[str, str, str]:
-    """(status, reason, source) of a roster student's file that the intake did not grade."""
-    if skipped.why.startswith("not a notebook"):
+    """(status, reason, source) of a roster student's file that the intake did not grade: a
+    file that is no notebook (a zip without one) is `not_a_notebook`, a grade of 0; one the
+    intake could not extract (a password, a method, damage) `unreadable`, no grade: the
+    instructor looks at it."""
+    if skipped.why.startswith(("not a notebook", NO_NOTEBOOK_IN_ZIP)):
         return "not_a_notebook", skipped.why, skipped.source
+    if skipped.why.startswith(NOT_EXTRACTED):
+        return UNREADABLE, skipped.why, skipped.source
     return SEVERAL, skipped.why, skipped.source
 
 

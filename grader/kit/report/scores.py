@@ -31,8 +31,9 @@ GRADE_STATUSES = frozenset(
 )
 MISSING = "missing"  # a roster student with no file
 SEVERAL = "several_notebooks"  # a roster student's files, none chosen
+UNREADABLE = "unreadable"  # a file the grader could not read (for the intake: not extracted)
 # Statuses of rows written for roster students from the intake alone (no file was graded).
-ABSENT_STATUSES = frozenset({MISSING, SEVERAL, "not_a_notebook"})
+ABSENT_STATUSES = frozenset({MISSING, SEVERAL, "not_a_notebook", UNREADABLE})
 
 
 def is_grade(row: dict, overridden: bool = False) -> bool:
