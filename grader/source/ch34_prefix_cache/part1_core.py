@@ -368,6 +368,11 @@ def check_todo4():
         "TODO 4: match_prefix([0, 1, 2, 3]) 应为 0（(1, 2, 3) 出现在 prompt 中间不算命中："
         f"只能从开头连续匹配），得到 {manager.match_prefix([0, 1, 2, 3])!r}"
     )
+    got = _manager_with(2, (1, 2)).match_prefix([1, 23, 4])
+    assert got == 0, (
+        "TODO 4: 缓存 [(1, 2)] 时 match_prefix([1, 23, 4]) 应为 0（第二个 token 是 23，不是 2："
+        f"要逐个 token 比较，不要比较拼起来的字符串），得到 {got!r}"
+    )
     longest = _manager_with(2, (1, 2), (1, 2, 3, 4))
     got = longest.match_prefix([1, 2, 3, 4, 5])
     assert got == 4, (
