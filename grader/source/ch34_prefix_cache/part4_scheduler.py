@@ -380,7 +380,7 @@ class ListPrefixCache:
 
 def visible_check_todo15():
     f = num_cached_tokens
-    for matched, length, block, want in [(37, 60, 16, 32), (10, 60, 16, 0), (48, 48, 16, 32), (49, 49, 16, 48)]:
+    for matched, length, block, want in [(37, 60, 16, 32), (10, 60, 16, 0), (0, 60, 16, 0), (48, 48, 16, 32), (49, 49, 16, 48)]:
         cache = ListPrefixCache([list(range(matched))])
         got = f(cache, list(range(length)), block)
         assert got == want, f"TODO 15: num_cached_tokens(缓存命中 {matched} 个, {length} 个 token 的 prompt, block_size={block}) 应为 {want}，得到 {got!r}"
@@ -512,7 +512,7 @@ def visible_check_todo18():
 def visible_check_todo19():
     a = request_in_state("a", list(range(10)), 8, max_tokens=2)  # 这一步只算到第 8 个 token
     b = request_in_state("b", [1, 2], 2, outputs=[4], max_tokens=3)  # decode，还差 2 个 token 才结束
-    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 4}, running=[a, b])
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 4}, running=[b, a])
     scheduler.update_from_output(SchedulerOutput({"a": 4}), {"a": 7})
     assert a.output_token_ids == [], f"TODO 19: 10 个 token 的 prompt 这一步之后只算了 8 个：prefill 中途不采样，output_token_ids 应为 []，得到 {a.output_token_ids}"
     for computed, step, sampled, want in [(10, {"a": 2, "b": 1}, {"a": 7, "b": 5}, [7]), (11, {"a": 1}, {"a": 8}, [7, 8])]:
