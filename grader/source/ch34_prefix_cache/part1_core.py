@@ -329,6 +329,8 @@ def check_todo2():
         "TODO 2: block_size=2 时 _chunk_tokens(range(5)) 应返回 "
         f"[(0, 1), (2, 3), (4,)]（每块一个 tuple，不满的尾块也保留），得到 {got!r}"
     )
+    got = manager._chunk_tokens([])
+    assert got == [], f"TODO 2: _chunk_tokens([]) 应返回 []（没有 token 就没有块），得到 {got!r}"
 
 
 def check_todo3():
@@ -367,6 +369,11 @@ def check_todo4():
     assert manager.match_prefix([0, 1, 2, 3]) == 0, (
         "TODO 4: match_prefix([0, 1, 2, 3]) 应为 0（(1, 2, 3) 出现在 prompt 中间不算命中："
         f"只能从开头连续匹配），得到 {manager.match_prefix([0, 1, 2, 3])!r}"
+    )
+    got = _manager_with(2, (1, 2)).match_prefix([1, 23, 4])
+    assert got == 0, (
+        "TODO 4: 缓存 [(1, 2)] 时 match_prefix([1, 23, 4]) 应为 0（第二个 token 是 23，不是 2："
+        f"要逐个 token 比较，不要比较拼起来的字符串），得到 {got!r}"
     )
     longest = _manager_with(2, (1, 2), (1, 2, 3, 4))
     got = longest.match_prefix([1, 2, 3, 4, 5])
@@ -441,6 +448,11 @@ def check_todo7():
     assert stats["reuse_ratio"] == 0.3333, (
         "TODO 7: 缓存 [(1,)] 时 cache_stats([1, 5, 6]) 的 reuse_ratio 应为 1 / 3 保留 4 位小数 "
         f"= 0.3333（round(..., 4)），得到 {stats['reuse_ratio']!r}"
+    )
+    stats = _manager_with(2, (1, 2)).cache_stats([1, 2, 3])
+    assert stats["reuse_ratio"] == 0.6667, (
+        "TODO 7: 缓存 [(1, 2)] 时 cache_stats([1, 2, 3]) 的 reuse_ratio 应为 2 / 3 四舍五入到 4 位小数 "
+        f"= 0.6667（round(..., 4)，不是截断成 0.6666），得到 {stats['reuse_ratio']!r}"
     )
 
 

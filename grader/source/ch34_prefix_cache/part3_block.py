@@ -570,6 +570,12 @@ def visible_check_todo14():
     assert abs(cache.hit_rate - 0.8) < 1e-12, (
         f"TODO 14: 命中率应为 8 / 10 = 0.8，得到 {cache.hit_rate!r}"
     )
+    cache._record_query([5, 6, 7, 8], [2])  # 第二个请求：4 个 token，命中 1 块；统计从头累计
+    got = (cache.num_requests, cache.num_queried_tokens, cache.num_hit_tokens)
+    assert got == (2, 14, 12), (
+        "TODO 14: 接着 _record_query([5, 6, 7, 8], [2]) 后 (请求数, 查询 token, 命中 token) 应累计为 "
+        f"(2, 14, 12)（用 +=，不是覆盖），得到 {got}"
+    )
 
 
 def run_optional_visible_checks(checks):

@@ -380,7 +380,7 @@ class ListPrefixCache:
 
 def visible_check_todo15():
     f = num_cached_tokens
-    for matched, length, block, want in [(37, 60, 16, 32), (10, 60, 16, 0), (48, 48, 16, 32), (49, 49, 16, 48)]:
+    for matched, length, block, want in [(37, 60, 16, 32), (10, 60, 16, 0), (0, 60, 16, 0), (48, 48, 16, 32), (49, 49, 16, 48)]:
         cache = ListPrefixCache([list(range(matched))])
         got = f(cache, list(range(length)), block)
         assert got == want, f"TODO 15: num_cached_tokens(缓存命中 {matched} 个, {length} 个 token 的 prompt, block_size={block}) 应为 {want}，得到 {got!r}"
@@ -402,6 +402,9 @@ def visible_check_todo16():
     assert got == 8, f"TODO 16: long_prefill_token_threshold=8 时一步最多给 8 个 token，得到 {got!r}"
     got = capped._num_new_tokens(request, 45, 64)
     assert got == 5, f"TODO 16: long_prefill_token_threshold=8、50 个 token 的请求已算 45 个（只欠 5 个）时应给 5 个：threshold 只是上限，得到 {got!r}"
+    capped.long_prefill_token_threshold = 0  # schedule() 这样设这一步的上限：只有一个请求时不封顶
+    got = capped._num_new_tokens(request, 0, 64)
+    assert got == 50, f"TODO 16: 构造时 threshold=8，这一步 schedule() 把 self.long_prefill_token_threshold 设成了 0（只有一个请求）时应给 50 个：用这一步的 self.long_prefill_token_threshold，不是 configured_long_prefill_token_threshold，得到 {got!r}"
 
 
 def depends_on(*todos):
@@ -500,19 +503,19 @@ def visible_check_todo18():
     assert got == [("q0", 5), ("q1", 2)] and waiting_ids(scheduler) == ["q2"], f"TODO 18: 参数 token_budget=7（running 已用掉一部分，max_num_batched_tokens 是 100：用参数），等待队列 q0、q1、q2 各 5 个 token：应为 [('q0', 5), ('q1', 2)]、q2 留在队列里；得到 {got}，waiting = {waiting_ids(scheduler)}"
     system = [(3 * i) % 47 for i in range(200)]
     hit = request_in_state("hit", system + [5] * 20, 0)
-    settings = {"max_num_batched_tokens": 64, "max_num_seqs": 4, "block_size": 16, "prefix_cache": ListPrefixCache([system])}
+    settings = {"max_num_batched_tokens": 40, "max_num_seqs": 4, "block_size": 16, "prefix_cache": ListPrefixCache([system])}
     scheduler = scheduler_in_state(settings, waiting=[hit])
     out = SchedulerOutput()
-    scheduler._schedule_waiting(out, 64)
+    scheduler._schedule_waiting(out, 40)
     got = dict(out.num_scheduled_tokens)
-    assert got == {"hit": 28} and hit.num_computed_tokens == 192, f"TODO 18: 缓存了 200 个 token 的 system prompt，新请求 220 个 token、block_size=16、预算 64：命中 192 个（整块），num_computed_tokens 应设为 192、只调度 28 个；得到 {got}，num_computed_tokens = {hit.num_computed_tokens}"
+    assert got == {"hit": 28} and hit.num_computed_tokens == 192, f"TODO 18: 缓存了 200 个 token 的 system prompt，新请求 220 个 token、block_size=16、预算 40：命中 192 个（整块），num_computed_tokens 应设为 192、只调度 28 个；得到 {got}，num_computed_tokens = {hit.num_computed_tokens}"
     return None
 
 
 def visible_check_todo19():
     a = request_in_state("a", list(range(10)), 8, max_tokens=2)  # 这一步只算到第 8 个 token
     b = request_in_state("b", [1, 2], 2, outputs=[4], max_tokens=3)  # decode，还差 2 个 token 才结束
-    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 4}, running=[a, b])
+    scheduler = scheduler_in_state({"max_num_batched_tokens": 4, "max_num_seqs": 4}, running=[b, a])
     scheduler.update_from_output(SchedulerOutput({"a": 4}), {"a": 7})
     assert a.output_token_ids == [], f"TODO 19: 10 个 token 的 prompt 这一步之后只算了 8 个：prefill 中途不采样，output_token_ids 应为 []，得到 {a.output_token_ids}"
     for computed, step, sampled, want in [(10, {"a": 2, "b": 1}, {"a": 7, "b": 5}, [7]), (11, {"a": 1}, {"a": 8}, [7, 8])]:

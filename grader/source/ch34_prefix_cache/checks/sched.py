@@ -341,9 +341,11 @@ def check_todo16_owed(ns):
         )
 
 
-@check(points=3, title="threshold", says="long_prefill_token_threshold：大于 0 时封顶，0 表示不限")
+@check(points=3, title="threshold", says="这一步的 long_prefill_token_threshold：大于 0 时封顶，0 表示不限")
 def check_todo16_threshold(ns):
-    """A threshold above 0 caps a request's tokens in one step; 0 means no cap."""
+    """A threshold above 0 caps a request's tokens in one step; 0 means no cap. The threshold is this
+    step's (`self.long_prefill_token_threshold`, which schedule() sets to 0 for a lone request), not
+    the configured one."""
     with _Isolated(ns, 16) as cls:
         request = ns["Request"]("a", list(range(50)), 4)
         for threshold, computed, budget, want in [
@@ -361,6 +363,15 @@ def check_todo16_threshold(ns):
                 f"预算 {budget} 时，_num_new_tokens 应为 {want}（threshold > 0 时一步最多给这么多，0 表示不限），"
                 f"得到 {got!r}"
             )
+        # schedule() sets this step's threshold: 0 when one request is alone (vLLM 0.33), the configured one otherwise
+        sched = cls(max_num_batched_tokens=64, max_num_seqs=4, long_prefill_token_threshold=8)
+        sched.long_prefill_token_threshold = 0
+        got = sched._num_new_tokens(request, 0, 64)
+        assert got == 50, (
+            "TODO 16: 构造时 long_prefill_token_threshold=8，这一步 schedule() 把 self.long_prefill_token_threshold "
+            f"设成了 0（只有一个请求，不封顶），50 个 token 的请求已算 0 个、预算 64 时 _num_new_tokens 应为 50，得到 {got!r}："
+            "要用这一步的 self.long_prefill_token_threshold，不是 configured_long_prefill_token_threshold"
+        )
 
 
 # ---- TODO 17: the running requests ----

@@ -29,6 +29,8 @@ def _hint(prefixes, prompt, got):
             )
             if inside:
                 return f"缓存前缀 {p!r} 出现在 prompt 中间，不算命中：只能从 prompt 开头连续匹配"
+            if str(prompt).startswith(str(list(p))[:-1]) or "".join(map(str, prompt)).startswith("".join(map(str, p))):
+                return f"prompt 开头的 token 是 {prompt[: len(p)]!r}，不是 {list(p)!r}：要逐个 token 比较，不要比较拼起来的字符串"
             return f"缓存前缀 {p!r} 并没有整个出现在 prompt 开头：整个前缀都要与 prompt 开头相同"
     if type(got) is int and 0 < got < expected:
         return "有更长的缓存前缀也命中了：要取最长的那个"
@@ -74,9 +76,10 @@ def check_todo4_basic(ns):
             _ask(manager, "基本", prompt)
 
 
-@check(points=1, title="边界", says="空 prompt、空缓存、与前缀相同或更短的 prompt、出现在中间的前缀")
+@check(points=1, title="边界", says="空 prompt、空缓存、与前缀相同或更短的 prompt、出现在中间的前缀、多位数的 token")
 def check_todo4_edge(ns):
-    """Empty prompt, empty cache, a prompt equal to or shorter than a prefix, a hit mid-prompt."""
+    """Empty prompt, empty cache, a prompt equal to or shorter than a prefix, a hit mid-prompt,
+    multi-digit tokens (a comparison of joined strings or reprs takes [12] or [1, 23] for (1, 2))."""
     cases = [
         ([(1, 2, 3)], []),  # 空 prompt
         ([], [1, 2, 3]),  # 缓存为空
@@ -85,6 +88,8 @@ def check_todo4_edge(ns):
         ([(1, 2)], [0, 1, 2, 5]),  # 缓存前缀出现在中间
         ([(1, 2), (1, 2, 3, 4)], [1, 2, 3, 4]),  # 两个都命中，取最长
         ([(5,), (5, 6, 7)], [5, 6, 0]),  # 长的没有命中，短的命中
+        ([(1, 2)], [12, 3]),  # 多位数的 token：按 token 比较，不按拼起来的字符串
+        ([(1, 2)], [1, 23, 4]),  # 同上：字符串 "[1, 23" 以 "[1, 2" 开头，token 23 却不是 2
     ]
     for prefixes, prompt in cases:
         _ask(_probe(ns, block_size=2, cached=prefixes), "边界", prompt)
