@@ -655,3 +655,32 @@ def test_a_roster_with_a_footer_line_of_no_person_reads_its_students(tmp_path):
     ]
     with pytest.raises(IntakeError, match="line 3: the student_id is empty"):
         Roster.read(write(tmp_path, "r.csv", "学号,姓名\n2023003,孙三\n,周四\n"))
+
+
+def test_a_file_named_like_a_spreadsheet_formula_is_text_in_intake_and_grades_csv(tmp_path):
+    """A student names his file `=HYPERLINK(…)`: intake.csv and grades.csv show it as text (a
+    leading ', OWASP's rule for CSV injection), and the kit reads back the id it wrote."""
+    from grader.kit.report.formats import FORMULA_START, write_csv
+    from grader.kit.report.grades import read_grades
+
+    export = tmp_path / "export"
+    hostile = '=HYPERLINK("x.example","点我").ipynb'
+    write(export, hostile)
+    write(export, "@SUM(A1).ipynb")
+    write(export, "2023001.ipynb")
+    with discover(export) as intake:
+        intake.write_csv(tmp_path / "intake.csv")
+    rows = list(csv.reader((tmp_path / "intake.csv").read_text("utf-8-sig").splitlines()))
+    cells = [cell for row in rows for cell in row]
+    assert not [c for c in cells if c.startswith(FORMULA_START)], cells
+    assert "'" + hostile in cells and "2023001.ipynb" in cells
+
+    path = tmp_path / "grades.csv"
+    write_csv(path, ["student_id", "score", "source"], [
+        {"student_id": "=1+1", "score": "-1", "source": hostile},
+        {"student_id": "2023001", "score": "+0.5", "source": "2023001.ipynb"},
+    ])  # fmt: skip
+    text = path.read_text("utf-8-sig")
+    assert "'=1+1" in text and ",-1," in text and ",+0.5," in text
+    _, back = read_grades(path)
+    assert back["=1+1"]["source"] == hostile and back["2023001"]["score"] == "+0.5"

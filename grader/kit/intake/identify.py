@@ -27,7 +27,7 @@ from pathlib import Path
 from nbgrader.utils import parse_utc
 
 from ..errors import IntakeError, UnreadableCsv
-from ..report.formats import open_csv, write_csv
+from ..report.formats import from_cell_text, open_csv, write_csv
 from .layouts import named_like_assignment
 from .roster import Roster, header_key
 
@@ -318,7 +318,7 @@ def read_choices(path: Path) -> dict[str, Choice]:
         )
     chosen: dict[str, Choice] = {}
     for line, cells in numbered[1:]:
-        student_id, file = (cells[i].strip() if i < len(cells) else "" for i in at)
+        student_id, file = (from_cell_text(cells[i].strip()) if i < len(cells) else "" for i in at)
         if not student_id and not file:
             continue
         if not student_id or not file:

@@ -32,6 +32,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import IntakeError
+from ..report.formats import as_cell_text
 from . import layouts
 from .collector import ExportCollector
 from .identify import CHOICES_FILE as CHOICES
@@ -174,7 +175,7 @@ class Intake:
         with path.open("w", newline="", encoding="utf-8-sig") as handle:
             writer = csv.writer(handle)
             writer.writerow(["file", "student_id", "outcome", "why", "late"])
-            writer.writerows(self.rows(statuses))
+            writer.writerows([as_cell_text(cell) for cell in row] for row in self.rows(statuses))
 
     def table(self) -> str:
         """Who will be graded, under which id, from which file and why; then the files not graded."""

@@ -54,13 +54,40 @@ def open_csv(path: Path) -> io.StringIO:
         ) from None
 
 
+# What makes Excel or LibreOffice read a cell as a formula (OWASP's "CSV injection"): a student
+# decides his file's name, and a name like `=HYPERLINK(...)` would run when the instructor opens
+# grades.csv or intake.csv.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def as_cell_text(value):
+    """`value` as a CSV cell a spreadsheet shows as text: one that starts like a formula gets a
+    leading `'` (Excel shows the rest, unquoted); numbers (`-1`, `+0.5`) and the rest unchanged.
+    `from_cell_text` undoes it, so a file the kit reads back gives the value it wrote."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_START):
+        return value
+    try:
+        float(value)
+    except ValueError:
+        return "'" + value
+    return value
+
+
+def from_cell_text(value):
+    """The value `as_cell_text` was given (a cell the kit wrote, read back)."""
+    if isinstance(value, str) and value.startswith("'") and value[1:].startswith(FORMULA_START):
+        return value[1:]
+    return value
+
+
 def write_csv(path: Path, names: list[str], rows, *, extra_rows=()) -> None:
-    """Write atomically, UTF-8 with a BOM; `extra_rows` (lists) go right after the header."""
+    """Write atomically, UTF-8 with a BOM; `extra_rows` (lists) go right after the header.
+    Every cell goes through `as_cell_text`."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", newline="", encoding="utf-8-sig") as handle:
         writer = csv.DictWriter(handle, fieldnames=names, extrasaction="ignore", restval="")
         writer.writeheader()
         for extra in extra_rows:
-            csv.writer(handle).writerow(extra)
-        writer.writerows(rows)
+            csv.writer(handle).writerow([as_cell_text(cell) for cell in extra])
+        writer.writerows({k: as_cell_text(v) for k, v in row.items()} for row in rows)
     tmp.replace(path)

@@ -37,7 +37,7 @@ from ..authoring.nbsource import PARTS, todo_number
 from ..errors import UnreadableCsv
 from ..intake.normalize import repairs_summary
 from ..intake.unpack import NO_NOTEBOOK_IN_ZIP, NOT_EXTRACTED
-from .formats import open_csv, write_csv
+from .formats import from_cell_text, open_csv, write_csv
 from .overrides import OVERRIDE_COLUMNS, apply_overrides, read_overrides
 from .scores import (
     ABSENT_STATUSES,
@@ -137,7 +137,8 @@ def read_grades(path: Path) -> tuple[list[str], dict[str, dict]]:
                 'it from Excel as "CSV UTF-8（逗号分隔）", or move it away to start a new one '
                 "(nothing was graded)"
             )
-        return list(reader.fieldnames or []), {row["student_id"]: row for row in reader}
+        rows = ({k: from_cell_text(v) for k, v in row.items()} for row in reader)
+        return list(reader.fieldnames or []), {row["student_id"]: row for row in rows}
 
 
 def write_grades(

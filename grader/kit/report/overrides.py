@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..authoring.nbsource import PARTS, todo_number
 from ..errors import BadOverrides
-from .formats import open_csv
+from .formats import from_cell_text, open_csv
 from .scores import TODO_COLUMN, TRAILING_COLUMNS, fmt, recompute
 
 OVERRIDE_COLUMNS = ["student_id", "column", "value", "note"]
@@ -49,7 +49,8 @@ def read_overrides(
             )
         for row in reader:
             line = reader.line_num
-            student, column = (row["student_id"] or "").strip(), (row["column"] or "").strip()
+            student = from_cell_text((row["student_id"] or "").strip())
+            column = (row["column"] or "").strip()
             value, note = (row["value"] or "").strip(), (row.get("note") or "").strip()
             where = f"error: {path}, line {line}"
             if student not in students:
