@@ -66,6 +66,8 @@ def run_grader(python, submissions, report, course, extra=(), env=None):
     )
 
 
+@pytest.mark.heavy  # moved out of make test for its 8-minute goal (2026-12-06): grades the reference once more, ~13 s
+@pytest.mark.slow
 def test_virtualenv_reached_through_a_symlink_grades_the_reference_full_marks(kit, tmp_path):
     # Under /tmp, which the sandbox replaces with its own: the path cannot exist in there.
     link = tmp_path / "linkvenv"
@@ -126,6 +128,8 @@ def test_limits_the_reference_cannot_meet_stop_the_batch_at_the_preflight(kit, t
     assert snapshot(report) == before
 
 
+@pytest.mark.heavy  # moved out of make test for its 8-minute goal (2026-12-06): kernels dying one after another, ~41 s
+@pytest.mark.slow
 def test_batch_where_most_kernels_die_the_same_way_stops_and_writes_no_rows(kit, tmp_path):
     dying = copy.deepcopy(kit["reference"])
     first = next(c for c in dying.cells if nbgrader_meta(c).get("solution"))
@@ -163,6 +167,8 @@ def test_fault_needs_several_submissions_and_most_of_them_failing_alike():
     assert fault_in(rejected) is None, "files rejected before grading say nothing of the grader"
 
 
+@pytest.mark.heavy  # moved out of make test for its 8-minute goal (2026-12-06): grades a batch of its own, ~11 s
+@pytest.mark.slow
 def test_no_student_page_shows_a_machine_path(kit, tmp_path):
     # TODO 1 fails with the kernel's working directory in its message; a scratch cell prints
     # it and fails opening a file by its absolute path (a traceback full of paths).

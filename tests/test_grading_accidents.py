@@ -155,6 +155,8 @@ def test_a_syntax_error_is_named_once_for_its_answer_cell_with_its_line(accident
     assert float(carol["kv"]) == float(accidents["rows"]["alice"]["kv"])
 
 
+@pytest.mark.heavy  # moved out of make test for its 8-minute goal (2026-12-06): grades a second export, ~12 s
+@pytest.mark.slow
 def test_another_assignments_export_leaves_the_report_as_it_was(accidents, tmp_path):
     report = tmp_path / "report"
     shutil.copytree(accidents["report"], report)
