@@ -424,3 +424,18 @@ def test_mistakes_share_a_real_batch_notebook_only_when_the_grader_can_tell_them
     # The core cell holds TODOs 1-8: an edit in one of its methods is that method's TODO.
     assert todos("normalized = list(tokens)") == {1}
     assert todos("chunks = [tuple(") == {2}
+
+
+def lost_by(edits) -> dict:
+    """{grade id: message} of the grade cells the reference with `edits` fails, in process."""
+    namespace, _ = run_code_cells(edits)
+    return failures(namespace)
+
+
+def assert_a_fresh_mistake_loses_on_its_own_todo_only(entry) -> None:
+    """A blind set's mistake (a dict with `todo`, `edits`, `why`; no `loses`, as it was written
+    without reading the checks): some grade cell fails, and each failing one is its TODO's."""
+    failed = lost_by(entry["edits"])
+    assert failed, f"TODO {entry['todo']}: no grade cell lost points ({entry['why']})"
+    elsewhere = {g: text for g, text in failed.items() if todo_number(g) != entry["todo"]}
+    assert not elsewhere, f"TODO {entry['todo']}'s mistake loses points on other TODOs: {elsewhere}"

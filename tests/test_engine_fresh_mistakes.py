@@ -10,9 +10,8 @@ import re
 
 import pytest
 
-from grader.kit.authoring.nbsource import todo_number
 from tests.fixtures.fresh_mistakes_engine import FRESH_CORRECT, FRESH_MISTAKES
-from tests.test_checks import failures, run_code_cells
+from tests.test_checks import assert_a_fresh_mistake_loses_on_its_own_todo_only, lost_by
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
@@ -25,22 +24,14 @@ def test_the_fresh_set_is_large_enough_and_spread_over_the_todos():
     assert len(set(names)) == len(names)
 
 
-def _lost(entry):
-    namespace, _ = run_code_cells(entry["edits"])
-    return failures(namespace)
-
-
 @pytest.mark.parametrize("entry", FRESH_MISTAKES, ids=[m["name"] for m in FRESH_MISTAKES])
 def test_a_fresh_mistake_loses_points_on_its_own_todo_only(entry):
-    failed = _lost(entry)
-    assert failed, f"TODO {entry['todo']}: no grade cell lost points ({entry['why']})"
-    elsewhere = {g: text for g, text in failed.items() if todo_number(g) != entry["todo"]}
-    assert not elsewhere, f"TODO {entry['todo']}'s mistake loses points on other TODOs: {elsewhere}"
+    assert_a_fresh_mistake_loses_on_its_own_todo_only(entry)
 
 
 @pytest.mark.parametrize("entry", FRESH_CORRECT, ids=[m["name"] for m in FRESH_CORRECT])
 def test_a_fresh_correct_style_keeps_full_marks(entry):
-    failed = _lost(entry)
+    failed = lost_by(entry["edits"])
     assert failed == {}, f"a correct TODO {entry['todo']} answer loses points: {failed}"
 
 

@@ -13,9 +13,8 @@ import re
 
 import pytest
 
-from grader.kit.authoring.nbsource import todo_number
 from tests.fixtures.fresh_mistakes_learner import FRESH_CORRECT, FRESH_MISTAKES
-from tests.test_checks import failures, run_code_cells
+from tests.test_checks import assert_a_fresh_mistake_loses_on_its_own_todo_only, lost_by
 from tests.test_visible_checks import first_failure, run_cells
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
@@ -30,17 +29,9 @@ def test_the_fresh_set_is_large_enough_and_spread_over_the_todos():
     assert len(set(names)) == len(names)
 
 
-def _lost(entry):
-    namespace, _ = run_code_cells(entry["edits"])
-    return failures(namespace)
-
-
 @pytest.mark.parametrize("entry", FRESH_MISTAKES, ids=[m["name"] for m in FRESH_MISTAKES])
 def test_a_fresh_mistake_loses_points_on_its_own_todo_only(entry):
-    failed = _lost(entry)
-    assert failed, f"TODO {entry['todo']}: no grade cell lost points ({entry['why']})"
-    elsewhere = {g: text for g, text in failed.items() if todo_number(g) != entry["todo"]}
-    assert not elsewhere, f"TODO {entry['todo']}'s mistake loses points on other TODOs: {elsewhere}"
+    assert_a_fresh_mistake_loses_on_its_own_todo_only(entry)
 
 
 @pytest.mark.parametrize("entry", FRESH_MISTAKES, ids=[m["name"] for m in FRESH_MISTAKES])
@@ -49,12 +40,14 @@ def test_the_first_visible_failure_of_a_fresh_mistake_names_its_todo(entry):
     if cell is None:
         pytest.skip("no visible cell catches it (the hidden checks do)")
     named = re.findall(r"TODO (\d+)", message)
-    assert named and int(named[0]) == entry["todo"], f"{cell}: the first failure names {named}: {message}"
+    assert named and int(named[0]) == entry["todo"], (
+        f"{cell}: the first failure names {named}: {message}"
+    )
 
 
 @pytest.mark.parametrize("entry", FRESH_CORRECT, ids=[m["name"] for m in FRESH_CORRECT])
 def test_a_fresh_correct_style_keeps_full_marks_and_passes_the_visible_cells(entry):
-    failed = _lost(entry)
+    failed = lost_by(entry["edits"])
     assert failed == {}, f"a correct TODO {entry['todo']} answer loses points: {failed}"
     cell, message = first_failure(run_cells(entry["edits"], last_todo=entry["todo"]))
     assert cell is None, f"a correct TODO {entry['todo']} answer fails {cell}: {message}"
