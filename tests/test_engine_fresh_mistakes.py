@@ -12,6 +12,7 @@ import pytest
 
 from tests.fixtures.fresh_mistakes_engine import FRESH_CORRECT, FRESH_MISTAKES
 from tests.test_checks import assert_a_fresh_mistake_loses_on_its_own_todo_only, lost_by
+from tests.test_visible_checks import first_failure, run_cells
 
 pytestmark = [pytest.mark.heavy, pytest.mark.slow]
 
@@ -39,8 +40,6 @@ def test_the_first_visible_failure_names_the_fresh_mistakes_own_todo_and_never_a
     """Issue 38's bar for what the learner reads first: the visible cells, run with each fresh
     mistake, name its TODO first for at least 60 of every 65 mistakes, and never blame another
     TODO (a mistake they miss shows nothing; the hidden checks above still catch it)."""
-    from tests.test_visible_checks import first_failure, run_cells
-
     right, silent, blamed = [], [], []
     for entry in FRESH_MISTAKES:
         cell, message = first_failure(run_cells(entry["edits"], last_todo=24))
